@@ -1,0 +1,96 @@
+# flashdec — see README.md. `make` builds build/libflashdec.{a,so} and build/flashdec.
+# Variables: CC, CFLAGS, CUDA=0|1 (default: 1 when nvcc is on the PATH), NVCC, PREFIX (install).
+
+CC      ?= cc
+PREFIX  ?= /usr/local
+BUILD   := build
+NVCC    ?= nvcc
+CUDA    ?= $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
+ARCH    := $(shell uname -m)
+
+WARN    := -Wall -Wextra -Wshadow -Wno-unused-function
+CFLAGS  ?= -O3
+BASE    := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) -Iinclude
+LDLIBS  := -lm -pthread
+
+LIB_SRC := src/api.c src/plan.c src/ref.c src/cpu/cpu.c src/cpu/pool.c src/cpu/kern_scalar.c
+ifeq ($(ARCH),x86_64)
+LIB_SRC += src/cpu/kern_avx2.c src/cpu/kern_avx512.c
+BASE    += -DFDEC_X86
+endif
+ISA_avx2   := -mavx2 -mfma -mf16c
+ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
+
+ifeq ($(CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC)))
+CU_SRC    := $(wildcard src/cuda/*.cu)
+CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
+NVFLAGS   := -O3 -std=c++17 -Xcompiler -fPIC -Iinclude -gencode arch=compute_80,code=sm_80 \
+             -gencode arch=compute_90,code=sm_90 -lineinfo
+BASE      += -DFDEC_HAVE_CUDA
+LDLIBS    += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
+else
+LIB_SRC   += src/cuda/none.c
+endif
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h)
+
+.PHONY: all lib test demo bench install clean
+all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec
+
+$(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/simd.h $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE) $(CFLAGS) $(ISA_$*) -c $< -o $@
+
+$(BUILD)/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu $(HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/libflashdec.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libflashdec.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,libflashdec.so.0
+
+$(BUILD)/flashdec: $(BUILD)/tools/flashdec.o $(BUILD)/tools/bench_util.o $(BUILD)/libflashdec.a
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/run_tests: $(BUILD)/tests/test_main.o $(BUILD)/tools/bench_util.o $(BUILD)/libflashdec.a
+	$(CC) -o $@ $^ $(LDLIBS)
+
+# The README's C example, cut out of README.md, compiled against the built library and run.
+$(BUILD)/readme_example.c: README.md
+	@mkdir -p $(BUILD)
+	awk '/^```c$$/{f=1;next} /^```$$/{if(f){exit}} f' README.md > $@
+
+$(BUILD)/readme_example: $(BUILD)/readme_example.c $(BUILD)/libflashdec.a
+	$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude -o $@ $< $(BUILD)/libflashdec.a $(LDLIBS)
+
+test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example
+	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example
+
+demo: all
+	./$(BUILD)/flashdec demo
+
+bench: all
+	@mkdir -p bench/results
+	./$(BUILD)/flashdec bench --preset all --ctx 1024,4096,32768,131072 --reps 7 \
+	    --json bench/results/cpu-$(shell date +%Y-%m-%d).json
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/flashdec $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/flashdec.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libflashdec.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libflashdec.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/flashdec $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBS@|$(LDLIBS)|g' packaging/flashdec.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashdec.pc
+	sed -e 's|@LIBS@|$(LDLIBS)|g' packaging/flashdecConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/flashdec/flashdecConfig.cmake
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,148 @@
+/*
+ * flashdec.h — decode attention for LLM inference, on the CPU and on NVIDIA GPUs.
+ *
+ * One call computes, for one sequence whose KV cache holds `seq_len` positions (the new token's own K/V
+ * already written) and for every query head h with KV head g = h / (num_q_heads / num_kv_heads):
+ *
+ *     lo     = window ? max(0, seq_len - window) : 0      positions attended: [lo, seq_len)
+ *     s_t    = scale * dot(q[h], K[t][g])                  scale 0 means 1/sqrt(head_dim)
+ *     out[h] = sum_t softmax(s)_t * V[t][g]
+ *     lse[h] = log(sum_t exp(s_t))                         natural log; optional
+ *
+ * Layouts. q and out are [num_q_heads][head_dim], dense. K and V share one layout: the vector of position
+ * (row) t and KV head g starts at element t * kv_pos_stride + g * kv_head_stride and holds head_dim contiguous
+ * elements. Strides of 0 mean dense [position][kv_head][head_dim]. With ring_capacity C > 0 (sliding-window
+ * layers only, C >= window) position t lives in row t % C.
+ *
+ * Numerics. Accumulation is in f32. Results are deterministic: the same inputs and the same context give
+ * bit-identical output. The result does not depend on how the work is split beyond rounding. A NaN or inf in
+ * q, or in K/V of the attended range, makes the affected heads' output NaN (inf - inf); other heads are not
+ * affected.
+ *
+ * Errors. Every function that can fail returns an fdec_status. Bad input never crashes and never writes to
+ * `out` or `lse`: the call returns FDEC_EINVAL (or FDEC_EUNSUPPORTED) and fdec_last_error() gives a message
+ * that names the argument and the rule, e.g. "num_q_heads (12) must be a multiple of num_kv_heads (8)".
+ *
+ * Threads. A context may be used by one thread at a time; a call made while another thread is inside a call on
+ * the same context returns FDEC_EBACKEND ("context is busy") and does nothing. Different contexts are
+ * independent and may be used concurrently.
+ */
+#ifndef FLASHDEC_H
+#define FLASHDEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FDEC_VERSION_MAJOR 0
+#define FDEC_VERSION_MINOR 1
+#define FDEC_VERSION_PATCH 0
+
+/* Largest head_dim supported. */
+#define FDEC_MAX_HEAD_DIM 512
+
+typedef enum {
+    FDEC_OK = 0,       /* success */
+    FDEC_EINVAL,       /* an argument breaks the contract; fdec_last_error() says which */
+    FDEC_EUNSUPPORTED, /* valid request this build or machine cannot serve (e.g. CUDA not compiled in) */
+    FDEC_ENOMEM,       /* an allocation failed */
+    FDEC_EBACKEND      /* the backend failed (CUDA error, busy context); the message has the details */
+} fdec_status;
+
+typedef enum { FDEC_F32 = 0, FDEC_F16, FDEC_BF16 } fdec_dtype;
+
+typedef enum { FDEC_BACKEND_CPU = 0, FDEC_BACKEND_CUDA } fdec_backend;
+
+/* Instruction-set path of the CPU backend. AUTO picks the best the CPU has; the others force one (a path the
+ * CPU lacks is FDEC_EUNSUPPORTED). The environment variable FDEC_CPU_PATH=scalar|avx2|avx512 overrides AUTO. */
+typedef enum { FDEC_CPU_AUTO = 0, FDEC_CPU_SCALAR, FDEC_CPU_AVX2, FDEC_CPU_AVX512 } fdec_cpu_path;
+
+/* One model layer's attention. Zero-initialise, then set fields. */
+typedef struct {
+    uint32_t head_dim;      /* 1..512 */
+    uint32_t num_q_heads;   /* >= 1, a multiple of num_kv_heads */
+    uint32_t num_kv_heads;  /* >= 1 */
+    float scale;            /* logit scale; 0 means 1/sqrt(head_dim); must be finite */
+    uint32_t window;        /* 0: full attention; else attend to the last `window` positions */
+    uint32_t ring_capacity; /* 0: contiguous cache; else rows of a ring, needs window > 0 and >= window */
+    fdec_dtype q_dtype, kv_dtype, out_dtype;
+    size_t kv_pos_stride;  /* elements between positions (rows); 0: num_kv_heads * head_dim (dense) */
+    size_t kv_head_stride; /* elements between KV heads; 0: head_dim (dense) */
+} fdec_layer;
+
+/* The work callback flashdec hands to a caller-supplied parallel-for: call fn(task, i, n) once for every
+ * i in [0, n), in any order and on any threads, and return when all calls have returned. */
+typedef void (*fdec_task_fn)(void *task, uint32_t i, uint32_t n);
+typedef void (*fdec_parallel_for_fn)(void *user, fdec_task_fn fn, void *task, uint32_t n);
+
+typedef struct {
+    uint32_t threads;               /* CPU: worker threads incl. the caller; 0: all online CPUs */
+    fdec_cpu_path cpu_path;         /* CPU: instruction-set path; FDEC_CPU_AUTO by default */
+    fdec_parallel_for_fn parallel_for; /* CPU: if set, used instead of the internal thread pool, which is
+                                          then not created; `threads` still sets how many tasks a call
+                                          is cut into */
+    void *parallel_user;            /* passed to parallel_for as `user` */
+    int cuda_device;                /* CUDA: device ordinal */
+    void *cuda_stream;              /* CUDA: cudaStream_t to work on; NULL: the default stream */
+} fdec_options;
+
+/* How a call would split its work (see fdec_plan). */
+typedef struct {
+    uint32_t kv_start;     /* first attended position */
+    uint32_t kv_end;       /* one past the last attended position (= seq_len) */
+    uint32_t num_chunks;   /* split-KV chunks, merged by log-sum-exp */
+    uint32_t chunk_len;    /* positions per chunk (the last may be shorter) */
+    int grouped;           /* 1: each work item owns a KV head and all its Q heads (K/V read once) */
+    size_t scratch_bytes;  /* scratch the context needs for this shape */
+    const char *path;      /* kernel path, e.g. "avx512", "cuda-sm90" */
+} fdec_plan_info;
+
+typedef struct fdec_context fdec_context;
+
+/* Returns default options: threads 0 (all CPUs), cpu_path AUTO, no parallel_for, cuda device 0, default
+ * stream. */
+fdec_options fdec_default_options(void);
+
+/* Creates a context for `backend`. opts NULL means fdec_default_options(). The CPU backend starts its thread
+ * pool here (not per call). On success *out holds the context; on failure *out is NULL. FDEC_EUNSUPPORTED if
+ * the backend is not compiled in or no device is present. */
+fdec_status fdec_context_create(fdec_backend backend, const fdec_options *opts, fdec_context **out);
+
+/* Destroys a context and its thread pool and scratch. NULL is a no-op. */
+void fdec_context_destroy(fdec_context *ctx);
+
+/* Reserves scratch for every call of `layer` with seq_len up to max_seq_len, so that later calls of that
+ * size never allocate (on CUDA: can be captured into a CUDA graph). Optional: a call reserves what it needs
+ * itself the first time it meets a larger shape. */
+fdec_status fdec_context_reserve(fdec_context *ctx, const fdec_layer *layer, uint32_t max_seq_len);
+
+/* Computes decode attention for one query token (see the top of this file).
+ *   q    [num_q_heads][head_dim] of layer->q_dtype
+ *   k, v the cache, layer->kv_dtype, layout given by the layer's strides and ring
+ *   out  [num_q_heads][head_dim] of layer->out_dtype
+ *   lse  [num_q_heads] f32, or NULL to skip
+ * On the CUDA backend all pointers are device pointers and the call is asynchronous on the context's stream.
+ * On error nothing is written. */
+fdec_status fdec_decode(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_len, const void *q,
+                        const void *k, const void *v, void *out, float *lse);
+
+/* Fills *info with the split that fdec_decode would use for this layer and seq_len. Checks the layer like
+ * fdec_decode does. */
+fdec_status fdec_plan(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_len, fdec_plan_info *info);
+
+/* A static English name for a status, e.g. "invalid argument". */
+const char *fdec_status_string(fdec_status status);
+
+/* This thread's message for its last failed call; "" if none failed yet. Valid until this thread's next call. */
+const char *fdec_last_error(void);
+
+/* 1 if the backend is compiled into this build (CUDA may still find no device at context creation). */
+int fdec_backend_available(fdec_backend backend);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHDEC_H */

@@ -1,0 +1,299 @@
+/* api.c — the public entry points: argument checks with messages, then dispatch to a backend.
+ * Every rule of the contract is checked here, before any backend sees the call, so that bad input never
+ * reaches a kernel and never touches `out`. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char err_buf[512];
+
+fdec_status fdec_set_error(fdec_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *fdec_last_error(void) { return err_buf; }
+
+const char *fdec_status_string(fdec_status s) {
+    switch (s) {
+    case FDEC_OK: return "ok";
+    case FDEC_EINVAL: return "invalid argument";
+    case FDEC_EUNSUPPORTED: return "unsupported";
+    case FDEC_ENOMEM: return "out of memory";
+    case FDEC_EBACKEND: return "backend error";
+    }
+    return "unknown status";
+}
+
+fdec_options fdec_default_options(void) {
+    fdec_options o;
+    memset(&o, 0, sizeof o);
+    return o;
+}
+
+int fdec_backend_available(fdec_backend b) {
+    if (b == FDEC_BACKEND_CPU) return 1;
+#ifdef FDEC_HAVE_CUDA
+    if (b == FDEC_BACKEND_CUDA) return 1;
+#endif
+    return 0;
+}
+
+static const char *dtype_name(fdec_dtype t) {
+    switch (t) {
+    case FDEC_F32: return "f32";
+    case FDEC_F16: return "f16";
+    case FDEC_BF16: return "bf16";
+    }
+    return "?";
+}
+
+/* a * b into *r unless it overflows size_t. */
+static int mul_ok(size_t a, size_t b, size_t *r) {
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *r = a * b;
+    return 1;
+}
+
+static fdec_status check_dtype(const char *name, fdec_dtype t) {
+    if ((unsigned)t > (unsigned)FDEC_BF16)
+        return fdec_set_error(FDEC_EINVAL, "%s (%d) must be FDEC_F32, FDEC_F16 or FDEC_BF16", name, (int)t);
+    return FDEC_OK;
+}
+
+/* K/V vectors (t, g) for t < rows, g < G span [t*ps + g*hs, +D); no two may overlap, and the last element's
+ * byte offset must fit in size_t. */
+static fdec_status check_strides(const fdec_problem *p, uint64_t rows) {
+    const size_t D = p->D, G = p->G, ps = p->ps, hs = p->hs;
+    int ok;
+    if (G == 1 && rows == 1) ok = 1;
+    else if (G == 1) ok = ps >= D;
+    else if (rows == 1) ok = hs >= D;
+    else {
+        size_t last_head_end = (G - 1) * hs + D; /* hs <= SIZE_MAX / G checked below when it matters */
+        int pos_major = hs >= D && hs <= (SIZE_MAX - D) / (G - 1) && ps >= last_head_end;
+        int head_major = ps >= D && ps <= (SIZE_MAX - D) / (rows - 1) && hs >= (rows - 1) * ps + D;
+        ok = pos_major || head_major;
+    }
+    if (!ok)
+        return fdec_set_error(FDEC_EINVAL,
+                              "kv strides overlap: kv_pos_stride (%zu) and kv_head_stride (%zu) must place the "
+                              "%u x %u vectors of head_dim (%u) elements without overlap (e.g. pos_stride >= "
+                              "num_kv_heads * head_stride and head_stride >= head_dim)",
+                              ps, hs, (unsigned)rows, (unsigned)G, (unsigned)D);
+    size_t a, b, end;
+    if (!mul_ok((size_t)(rows - 1), ps, &a) || !mul_ok(G - 1, hs, &b) || a > SIZE_MAX - b - D ||
+        !mul_ok(a + b + D, fdec_dtype_size(p->kvt), &end))
+        return fdec_set_error(FDEC_EINVAL, "kv strides too large: the cache's last element lies beyond the "
+                                           "address space");
+    return FDEC_OK;
+}
+
+fdec_status fdec_problem_init(const fdec_layer *L, uint32_t seq_len, fdec_problem *p) {
+    fdec_status st;
+    if (!L) return fdec_set_error(FDEC_EINVAL, "layer must not be NULL");
+    if (L->head_dim < 1 || L->head_dim > FDEC_MAX_HEAD_DIM)
+        return fdec_set_error(FDEC_EINVAL, "head_dim (%u) must be in 1..%d", L->head_dim, FDEC_MAX_HEAD_DIM);
+    if (L->num_q_heads < 1) return fdec_set_error(FDEC_EINVAL, "num_q_heads (0) must be at least 1");
+    if (L->num_kv_heads < 1) return fdec_set_error(FDEC_EINVAL, "num_kv_heads (0) must be at least 1");
+    if (L->num_q_heads % L->num_kv_heads)
+        return fdec_set_error(FDEC_EINVAL, "num_q_heads (%u) must be a multiple of num_kv_heads (%u)",
+                              L->num_q_heads, L->num_kv_heads);
+    if (!isfinite(L->scale)) return fdec_set_error(FDEC_EINVAL, "scale (%g) must be finite", (double)L->scale);
+    if ((st = check_dtype("q_dtype", L->q_dtype)) || (st = check_dtype("kv_dtype", L->kv_dtype)) ||
+        (st = check_dtype("out_dtype", L->out_dtype)))
+        return st;
+    if (L->ring_capacity && !L->window)
+        return fdec_set_error(FDEC_EINVAL, "ring_capacity (%u) needs a window: a ring cache serves sliding-window "
+                                           "layers only (window is 0)", L->ring_capacity);
+    if (L->ring_capacity && L->ring_capacity < L->window)
+        return fdec_set_error(FDEC_EINVAL, "ring_capacity (%u) must be at least window (%u)", L->ring_capacity,
+                              L->window);
+    if (seq_len == 0) return fdec_set_error(FDEC_EINVAL, "seq_len (0) must be at least 1");
+
+    memset(p, 0, sizeof *p);
+    p->D = L->head_dim;
+    p->H = L->num_q_heads;
+    p->G = L->num_kv_heads;
+    p->R = p->H / p->G;
+    p->scale = L->scale != 0.0f ? L->scale : (float)(1.0 / sqrt((double)L->head_dim));
+    p->seq_len = seq_len;
+    p->lo = (L->window && seq_len > L->window) ? seq_len - L->window : 0;
+    p->ring = L->ring_capacity;
+    p->qt = L->q_dtype;
+    p->kvt = L->kv_dtype;
+    p->ot = L->out_dtype;
+    p->hs = L->kv_head_stride ? L->kv_head_stride : p->D;
+    if (L->kv_pos_stride) p->ps = L->kv_pos_stride;
+    else if (!mul_ok(p->hs, p->G, &p->ps))
+        return fdec_set_error(FDEC_EINVAL, "kv_head_stride (%zu) too large", p->hs);
+    uint64_t rows = p->ring ? p->ring : seq_len;
+    return check_strides(p, rows);
+}
+
+static fdec_status check_ptr(const char *name, const void *ptr, size_t align) {
+    if (!ptr) return fdec_set_error(FDEC_EINVAL, "%s must not be NULL", name);
+    if ((uintptr_t)ptr % align)
+        return fdec_set_error(FDEC_EINVAL, "%s (%p) must be aligned to its element size (%zu bytes)", name, ptr,
+                              align);
+    return FDEC_OK;
+}
+
+fdec_status fdec_context_create(fdec_backend backend, const fdec_options *opts, fdec_context **out) {
+    if (!out) return fdec_set_error(FDEC_EINVAL, "out (the context pointer) must not be NULL");
+    *out = NULL;
+    fdec_options o = opts ? *opts : fdec_default_options();
+    if ((unsigned)o.cpu_path > (unsigned)FDEC_CPU_AVX512)
+        return fdec_set_error(FDEC_EINVAL, "cpu_path (%d) must be one of FDEC_CPU_AUTO..FDEC_CPU_AVX512",
+                              (int)o.cpu_path);
+    fdec_context *c = calloc(1, sizeof *c);
+    if (!c) return fdec_set_error(FDEC_ENOMEM, "out of memory creating a context");
+    atomic_flag_clear(&c->busy);
+    c->backend = backend;
+    fdec_status st;
+    switch (backend) {
+    case FDEC_BACKEND_CPU: st = fdec_cpu_create(&o, &c->impl, &c->ops); break;
+    case FDEC_BACKEND_CUDA: st = fdec_cuda_create(&o, &c->impl, &c->ops); break;
+    default:
+        st = fdec_set_error(FDEC_EINVAL, "backend (%d) must be FDEC_BACKEND_CPU or FDEC_BACKEND_CUDA",
+                            (int)backend);
+    }
+    if (st != FDEC_OK) {
+        free(c);
+        return st;
+    }
+    *out = c;
+    return FDEC_OK;
+}
+
+void fdec_context_destroy(fdec_context *c) {
+    if (!c) return;
+    c->ops->destroy(c->impl);
+    free(c);
+}
+
+/* Enters a call on ctx: one at a time. */
+static fdec_status enter(fdec_context *c) {
+    if (!c) return fdec_set_error(FDEC_EINVAL, "ctx must not be NULL");
+    if (atomic_flag_test_and_set_explicit(&c->busy, memory_order_acquire))
+        return fdec_set_error(FDEC_EBACKEND, "context is busy: another thread is inside a call on it (use one "
+                                             "context per thread)");
+    return FDEC_OK;
+}
+
+static fdec_status leave(fdec_context *c, fdec_status st) {
+    atomic_flag_clear_explicit(&c->busy, memory_order_release);
+    return st;
+}
+
+fdec_status fdec_context_reserve(fdec_context *c, const fdec_layer *layer, uint32_t max_seq_len) {
+    fdec_status st = enter(c);
+    if (st) return st;
+    fdec_problem p;
+    st = fdec_problem_init(layer, max_seq_len, &p);
+    if (st == FDEC_OK) st = c->ops->reserve(c->impl, &p);
+    return leave(c, st);
+}
+
+fdec_status fdec_decode(fdec_context *c, const fdec_layer *layer, uint32_t seq_len, const void *q, const void *k,
+                        const void *v, void *out, float *lse) {
+    fdec_status st = enter(c);
+    if (st) return st;
+    fdec_problem p;
+    if ((st = fdec_problem_init(layer, seq_len, &p))) return leave(c, st);
+    if ((st = check_ptr("q", q, fdec_dtype_size(p.qt))) || (st = check_ptr("k", k, fdec_dtype_size(p.kvt))) ||
+        (st = check_ptr("v", v, fdec_dtype_size(p.kvt))) || (st = check_ptr("out", out, fdec_dtype_size(p.ot))))
+        return leave(c, st);
+    if (lse && (uintptr_t)lse % sizeof(float))
+        return leave(c, fdec_set_error(FDEC_EINVAL, "lse (%p) must be aligned to 4 bytes", (void *)lse));
+    if (c->ops->check_ptrs && (st = c->ops->check_ptrs(c->impl, q, k, v, out, lse))) return leave(c, st);
+    return leave(c, c->ops->decode(c->impl, &p, q, k, v, out, lse));
+}
+
+fdec_status fdec_plan(fdec_context *c, const fdec_layer *layer, uint32_t seq_len, fdec_plan_info *info) {
+    fdec_status st = enter(c);
+    if (st) return st;
+    fdec_problem p;
+    if (!info) return leave(c, fdec_set_error(FDEC_EINVAL, "info must not be NULL"));
+    if ((st = fdec_problem_init(layer, seq_len, &p))) return leave(c, st);
+    memset(info, 0, sizeof *info);
+    c->ops->plan(c->impl, &p, info);
+    return leave(c, FDEC_OK);
+}
+
+/* ---- element conversions ---- */
+
+float fdec_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) bits = sign | 0x7f800000u | (man << 13); /* inf / nan */
+    else if (exp) bits = sign | ((exp + 112) << 23) | (man << 13);
+    else if (!man) bits = sign;
+    else { /* subnormal: normalise */
+        int e = -1;
+        do {
+            man <<= 1;
+            e++;
+        } while (!(man & 0x400));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t fdec_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to >= 65520: inf */
+    if (ax < 0x38800000u) { /* below f16 normal range: subnormal or zero, round to nearest even */
+        if (ax < 0x33000000u) return (uint16_t)sign;
+        /* value = man * 2^(E-150) and the f16 subnormal unit is 2^-24, so r = man >> (126 - E) */
+        uint32_t man = (ax & 0x7fffff) | 0x800000, shift = 126 - (ax >> 23);
+        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((ax - 0x38000000u) >> 13), rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+}
+
+float fdec_bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t fdec_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
+    x += 0x7fffu + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+float fdec_load_elem(const void *base, size_t i, fdec_dtype t) {
+    switch (t) {
+    case FDEC_F32: return ((const float *)base)[i];
+    case FDEC_F16: return fdec_f16_to_f32(((const uint16_t *)base)[i]);
+    default: return fdec_bf16_to_f32(((const uint16_t *)base)[i]);
+    }
+}
+
+void fdec_store_elem(void *base, size_t i, fdec_dtype t, float x) {
+    switch (t) {
+    case FDEC_F32: ((float *)base)[i] = x; break;
+    case FDEC_F16: ((uint16_t *)base)[i] = fdec_f32_to_f16(x); break;
+    default: ((uint16_t *)base)[i] = fdec_f32_to_bf16(x); break;
+    }
+}

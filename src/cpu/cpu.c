@@ -1,0 +1,242 @@
+/* cpu.c — the CPU backend: picks the instruction-set path, owns the thread pool and the scratch, runs one
+ * split-KV chunk per task (kern.h) and merges the chunks' partial states (state.h) into out and lse. */
+#include "cpu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Chunks per thread: more than one so that a thread slowed by other work on a shared machine does not hold
+ * up the call (tasks are taken dynamically); each chunk costs one partial state, H x head_dim floats. */
+#define CHUNKS_PER_THREAD 4
+/* Scratch bound on the split: 64 partial states. */
+#define MAX_CHUNKS 64
+/* A chunk should read at least this many bytes of K/V so that waking a thread for it pays off (a thread
+ * wake-up is a few microseconds; 256 KiB streams in about 15 us on one core here, bench/NOTES.md). */
+#define MIN_CHUNK_BYTES (256u << 10)
+
+typedef struct {
+    fdec_pool *pool;
+    fdec_parallel_for_fn pfor;
+    void *puser;
+    uint32_t threads;
+    fdec_cpu_path path;
+    fdec_cpu_chunk_fn chunk;
+    void *scratch;
+    size_t cap;
+} cpu_impl;
+
+unsigned fdec_cpu_features(void) {
+    unsigned f = 1u << FDEC_CPU_SCALAR;
+#ifdef FDEC_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        f |= 1u << FDEC_CPU_AVX2;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        f |= 1u << FDEC_CPU_AVX512;
+#endif
+    return f;
+}
+
+const char *fdec_cpu_path_name(fdec_cpu_path p) {
+    switch (p) {
+    case FDEC_CPU_SCALAR: return "scalar";
+    case FDEC_CPU_AVX2: return "avx2";
+    case FDEC_CPU_AVX512: return "avx512";
+    default: return "auto";
+    }
+}
+
+static fdec_cpu_chunk_fn path_kernel(fdec_cpu_path p) {
+    switch (p) {
+#ifdef FDEC_X86
+    case FDEC_CPU_AVX2: return fdec_cpu_chunk_avx2;
+    case FDEC_CPU_AVX512: return fdec_cpu_chunk_avx512;
+#endif
+    default: return fdec_cpu_chunk_scalar;
+    }
+}
+
+static fdec_status choose_path(fdec_cpu_path want, fdec_cpu_path *out) {
+    unsigned f = fdec_cpu_features();
+    if (want == FDEC_CPU_AUTO) {
+        const char *env = getenv("FDEC_CPU_PATH");
+        if (env && *env) {
+            if (!strcmp(env, "scalar")) want = FDEC_CPU_SCALAR;
+            else if (!strcmp(env, "avx2")) want = FDEC_CPU_AVX2;
+            else if (!strcmp(env, "avx512")) want = FDEC_CPU_AVX512;
+            else if (strcmp(env, "auto"))
+                return fdec_set_error(FDEC_EINVAL, "FDEC_CPU_PATH (\"%s\") must be auto, scalar, avx2 or avx512",
+                                      env);
+        }
+    }
+    if (want == FDEC_CPU_AUTO) {
+        *out = (f >> FDEC_CPU_AVX512) & 1 ? FDEC_CPU_AVX512 : (f >> FDEC_CPU_AVX2) & 1 ? FDEC_CPU_AVX2 : FDEC_CPU_SCALAR;
+        return FDEC_OK;
+    }
+    if (!((f >> want) & 1))
+        return fdec_set_error(FDEC_EUNSUPPORTED, "cpu_path %s is not supported by this CPU or build",
+                              fdec_cpu_path_name(want));
+    *out = want;
+    return FDEC_OK;
+}
+
+/* ---- geometry and scratch ---- */
+
+static uint32_t padded_dim(uint32_t D) { return (D + 15) / 16 * 16; }
+
+static fdec_split cpu_split(const cpu_impl *c, const fdec_problem *p) {
+    size_t bytes_per_pos = 2 * (size_t)p->G * p->D * fdec_dtype_size(p->kvt);
+    size_t min_chunk = MIN_CHUNK_BYTES / bytes_per_pos;
+    if (min_chunk < FDEC_CPU_NB) min_chunk = FDEC_CPU_NB;
+    uint32_t lanes = c->threads > 1 ? c->threads * CHUNKS_PER_THREAD : 1;
+    return fdec_make_split(p, lanes, (uint32_t)(min_chunk > UINT32_MAX ? UINT32_MAX : min_chunk), MAX_CHUNKS);
+}
+
+#define ALIGN64(x) (((x) + 63) & ~(size_t)63)
+
+typedef struct {
+    size_t q, m, l, o, s, total; /* byte offsets into the scratch */
+} layout;
+
+static layout scratch_layout(const fdec_problem *p, uint32_t nc) {
+    const size_t Dp = padded_dim(p->D), F = sizeof(float);
+    layout L;
+    L.q = 0;
+    L.m = ALIGN64(L.q + p->H * Dp * F);
+    L.l = ALIGN64(L.m + (size_t)nc * p->H * F);
+    L.o = ALIGN64(L.l + (size_t)nc * p->H * F);
+    L.s = ALIGN64(L.o + (size_t)nc * p->H * Dp * F);
+    L.total = ALIGN64(L.s + (size_t)nc * p->R * FDEC_CPU_NB * F);
+    return L;
+}
+
+static fdec_status ensure_scratch(cpu_impl *c, size_t bytes) {
+    if (bytes <= c->cap) return FDEC_OK;
+    void *s = NULL;
+    if (posix_memalign(&s, 64, bytes)) return fdec_set_error(FDEC_ENOMEM, "out of memory: %zu bytes of scratch", bytes);
+    free(c->scratch);
+    c->scratch = s;
+    c->cap = bytes;
+    return FDEC_OK;
+}
+
+/* ---- one call ---- */
+
+typedef struct {
+    const fdec_cpu_args *a;
+    fdec_cpu_chunk_fn chunk;
+    fdec_split s;
+    float *m, *l, *o, *sT;
+} run_ctx;
+
+static void run_chunk(void *arg, uint32_t i, uint32_t n) {
+    (void)n;
+    const run_ctx *r = arg;
+    const fdec_cpu_args *a = r->a;
+    uint64_t t0 = (uint64_t)r->s.lo + (uint64_t)i * r->s.chunk_len;
+    uint64_t t1 = t0 + r->s.chunk_len < r->s.hi ? t0 + r->s.chunk_len : r->s.hi;
+    r->chunk(a, t0, t1, r->m + (size_t)i * a->H, r->l + (size_t)i * a->H, r->o + (size_t)i * a->H * a->Dp,
+             r->sT + (size_t)i * a->R * FDEC_CPU_NB);
+}
+
+/* Merges the nc partial states of each head (state.h) and writes out (converted) and lse. */
+static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *out, float *lse) {
+    const size_t Dp = padded_dim(p->D);
+    for (uint32_t h = 0; h < p->H; h++) {
+        float M = -INFINITY;
+        for (uint32_t c = 0; c < nc; c++) {
+            float mc = r->m[(size_t)c * p->H + h];
+            if (mc > M || isnan(mc)) M = mc;
+            if (isnan(M)) break;
+        }
+        float w[MAX_CHUNKS], L = 0.0f;
+        for (uint32_t c = 0; c < nc; c++) {
+            w[c] = fdec_state_weight(r->m[(size_t)c * p->H + h], M);
+            L += w[c] * r->l[(size_t)c * p->H + h];
+        }
+        const float inv = 1.0f / L;
+        for (uint32_t d = 0; d < p->D; d++) {
+            float acc = 0.0f;
+            for (uint32_t c = 0; c < nc; c++) acc += w[c] * r->o[((size_t)c * p->H + h) * Dp + d];
+            fdec_store_elem(out, (size_t)h * p->D + d, p->ot, acc * inv);
+        }
+        if (lse) lse[h] = fdec_state_lse(M, L);
+    }
+}
+
+static fdec_status cpu_reserve(void *impl, const fdec_problem *p) {
+    cpu_impl *c = impl;
+    fdec_split s = cpu_split(c, p);
+    return ensure_scratch(c, scratch_layout(p, s.num_chunks).total);
+}
+
+static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
+                              void *out, float *lse) {
+    cpu_impl *c = impl;
+    fdec_split s = cpu_split(c, p);
+    layout L = scratch_layout(p, s.num_chunks);
+    fdec_status st = ensure_scratch(c, L.total);
+    if (st) return st;
+    char *base = c->scratch;
+    const uint32_t Dp = padded_dim(p->D);
+    float *qs = (float *)(base + L.q);
+    for (uint32_t h = 0; h < p->H; h++)
+        for (uint32_t d = 0; d < Dp; d++)
+            qs[(size_t)h * Dp + d] = d < p->D ? fdec_load_elem(q, (size_t)h * p->D + d, p->qt) * p->scale : 0.0f;
+    fdec_cpu_args a = {p->D, Dp, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs};
+    run_ctx r = {&a, c->chunk, s, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
+                 (float *)(base + L.s)};
+    if (s.num_chunks == 1) run_chunk(&r, 0, 1);
+    else if (c->pfor) c->pfor(c->puser, run_chunk, &r, s.num_chunks);
+    else fdec_pool_run(c->pool, run_chunk, &r, s.num_chunks);
+    merge(p, &r, s.num_chunks, out, lse);
+    return FDEC_OK;
+}
+
+static void cpu_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
+    cpu_impl *c = impl;
+    fdec_split s = cpu_split(c, p);
+    info->kv_start = s.lo;
+    info->kv_end = s.hi;
+    info->num_chunks = s.num_chunks;
+    info->chunk_len = s.chunk_len;
+    info->grouped = 1;
+    info->scratch_bytes = scratch_layout(p, s.num_chunks).total;
+    info->path = fdec_cpu_path_name(c->path);
+}
+
+static void cpu_destroy(void *impl) {
+    cpu_impl *c = impl;
+    fdec_pool_destroy(c->pool);
+    free(c->scratch);
+    free(c);
+}
+
+static const fdec_backend_ops cpu_ops = {cpu_destroy, cpu_reserve, cpu_decode, cpu_plan, NULL};
+
+fdec_status fdec_cpu_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops) {
+    fdec_cpu_path path = FDEC_CPU_SCALAR;
+    fdec_status st = choose_path(o->cpu_path, &path);
+    if (st) return st;
+    cpu_impl *c = calloc(1, sizeof *c);
+    if (!c) return fdec_set_error(FDEC_ENOMEM, "out of memory creating the CPU backend");
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    c->threads = o->threads ? o->threads : (online > 0 ? (uint32_t)online : 1);
+    if (c->threads > 1024)
+        return free(c), fdec_set_error(FDEC_EINVAL, "threads (%u) must be at most 1024", o->threads);
+    c->path = path;
+    c->chunk = path_kernel(path);
+    c->pfor = o->parallel_for;
+    c->puser = o->parallel_user;
+    if (!c->pfor && !(c->pool = fdec_pool_create(c->threads))) {
+        uint32_t n = c->threads;
+        free(c);
+        return fdec_set_error(FDEC_ENOMEM, "could not start %u threads", n);
+    }
+    *impl = c;
+    *ops = &cpu_ops;
+    return FDEC_OK;
+}

@@ -1,0 +1,35 @@
+/* cpu.h — what the CPU backend's driver (cpu.c) and its per-ISA kernels (kern.h) share. */
+#ifndef FDEC_CPU_H
+#define FDEC_CPU_H
+
+#include "../internal.h"
+
+/* Positions per kernel block: 32 rows of K and V per head stay in L1 between the score and the output pass
+ * (32 x 512 x 2 B = 32 KiB at the largest head_dim in f16), and 32 weights fill two AVX-512 vectors. */
+#define FDEC_CPU_NB 32
+
+typedef struct {
+    uint32_t D, Dp, H, G, R; /* Dp: head_dim rounded up to 16, the row pitch of q and o */
+    size_t ps, hs;           /* element strides */
+    uint64_t ring;
+    fdec_dtype kvt;
+    const void *k, *v;
+    const float *q;          /* [H][Dp] f32, pre-multiplied by scale, zero-padded */
+} fdec_cpu_args;
+
+/* Partial state of all H heads over positions [t0, t1): m[H], l[H], o[H][Dp]. sT: R * NB floats of work. */
+typedef void (*fdec_cpu_chunk_fn)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,
+                                  float *sT);
+
+void fdec_cpu_chunk_scalar(const fdec_cpu_args *, uint64_t, uint64_t, float *, float *, float *, float *);
+void fdec_cpu_chunk_avx2(const fdec_cpu_args *, uint64_t, uint64_t, float *, float *, float *, float *);
+void fdec_cpu_chunk_avx512(const fdec_cpu_args *, uint64_t, uint64_t, float *, float *, float *, float *);
+
+/* pool.c: a fixed set of worker threads. run() calls fn(task, i, n) for i in [0, n) across the workers and
+ * the calling thread and returns when all are done. */
+typedef struct fdec_pool fdec_pool;
+fdec_pool *fdec_pool_create(uint32_t threads);
+void fdec_pool_destroy(fdec_pool *p);
+void fdec_pool_run(fdec_pool *p, fdec_task_fn fn, void *task, uint32_t n);
+
+#endif

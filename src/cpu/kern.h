@@ -1,0 +1,190 @@
+/* kern.h — the CPU decode-attention kernel, written once in the vocabulary of simd.h and compiled once per
+ * instruction set (kern_scalar.c, kern_avx2.c, kern_avx512.c).
+ *
+ * What it computes: the partial state (state.h) of every query head over one chunk [t0, t1) of positions.
+ *
+ * How. Positions are taken in blocks of NB rows. For each block and each KV head g (so the dense
+ * [pos][head][dim] cache is streamed block by block, all heads of a row together) it
+ *   1. scores the block against the R query heads of g: each K element is loaded and converted once and used
+ *      for all R heads (tiles of HT heads x P positions held in registers);
+ *   2. updates the running max / sum per head and turns scores into weights p = exp(s - m) (vexp);
+ *   3. accumulates o[h] += p[h][j] * V[j] for the block, each V element loaded once for the HT heads of a
+ *      tile, the HT x DT output accumulators held in registers across the whole block.
+ * head_dim and the K/V type are compile-time constants in the specialised copies (the switch at the bottom);
+ * everything else works for any value.
+ */
+#include "cpu.h"
+#include "simd.h"
+
+#define CAT2(a, b) a##_##b
+#define CAT(a, b) CAT2(a, b)
+#define FN(name) CAT(name, ISA_NAME)
+
+/* The padding row count of the score buffer. */
+#define NB FDEC_CPU_NB
+
+/* ---- 1. scores: sT[h][j] = dot(q[h], K[j]) for HT heads from h0, all j < nb ---- */
+ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const float *q, uint32_t Dp, float *sT,
+                           const uint32_t D, const fdec_dtype T, const uint32_t HT) {
+    enum { PMAX = NACC };
+    const uint32_t P = NACC / HT > 0 ? NACC / HT : 1;
+    for (uint32_t j0 = 0; j0 < nb; j0 += P) {
+        V acc[PMAX][8];
+        const char *kr[PMAX];
+        for (uint32_t p = 0; p < P; p++) {
+            uint32_t j = j0 + p < nb ? j0 + p : nb - 1; /* past the end: recompute the last row, discarded */
+            kr[p] = kb + (size_t)j * kstride;
+            for (uint32_t h = 0; h < HT; h++) acc[p][h] = vzero();
+        }
+        uint32_t d = 0;
+        for (; d + VW <= D; d += VW) {
+            V qv[8];
+            for (uint32_t h = 0; h < HT; h++) qv[h] = vloadf(q + (size_t)h * Dp + d);
+            for (uint32_t p = 0; p < P; p++) {
+                V kv = vload_kv(kr[p] + d * fdec_dtype_size(T), T);
+                for (uint32_t h = 0; h < HT; h++) acc[p][h] = vfma(kv, qv[h], acc[p][h]);
+            }
+        }
+        if (d < D) { /* q is zero-padded to Dp, so only K needs a short load */
+            for (uint32_t p = 0; p < P; p++) {
+                V kv = vload_kv_n(kr[p] + d * fdec_dtype_size(T), D - d, T);
+                for (uint32_t h = 0; h < HT; h++) acc[p][h] = vfma(kv, vloadf(q + (size_t)h * Dp + d), acc[p][h]);
+            }
+        }
+        for (uint32_t p = 0; p < P; p++)
+            if (j0 + p < nb)
+                for (uint32_t h = 0; h < HT; h++) sT[(size_t)h * NB + j0 + p] = vhsum(acc[p][h]);
+    }
+}
+
+/* ---- 2. online softmax over the block for one head: returns the weights in s[0..nb) ---- */
+ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float *o, uint32_t Dp) {
+    for (uint32_t j = nb; j < (nb + VW - 1) / VW * VW; j++) s[j] = -INFINITY;
+    V mx = vset1(-INFINITY);
+    for (uint32_t j = 0; j < nb; j += VW) mx = vmax(mx, vloadf(s + j));
+    float bm = vhmax(mx);
+    float mn = bm > *m ? bm : *m;
+    if (isnan(bm)) mn = bm;
+    V vmn = vset1(mn), sum = vzero();
+    for (uint32_t j = 0; j < nb; j += VW) {
+        V e = vexp(vsub(vloadf(s + j), vmn));
+        vstoref(s + j, e);
+        sum = vadd(sum, e);
+    }
+    float alpha = fdec_state_weight(*m, mn);
+    *l = *l * alpha + vhsum(sum);
+    *m = mn;
+    if (alpha != 1.0f) {
+        V va = vset1(alpha);
+        for (uint32_t d = 0; d < Dp; d += VW) vstoref(o + d, vmul(vloadf(o + d), va));
+    }
+}
+
+/* ---- 3. o[h][d0 .. d0 + DT*VW) += sum_j p[h][j] * V[j][...] for HT heads ---- */
+ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const float *sT, float *o, uint32_t Dp,
+                           uint32_t d0, const uint32_t D, const fdec_dtype T, const uint32_t HT,
+                           const uint32_t DT) {
+    V acc[8][8];
+    for (uint32_t h = 0; h < HT; h++)
+        for (uint32_t t = 0; t < DT; t++) acc[h][t] = vloadf(o + (size_t)h * Dp + d0 + t * VW);
+    const size_t es = fdec_dtype_size(T);
+    for (uint32_t j = 0; j < nb; j++) {
+        const char *vr = vb + (size_t)j * vstride + d0 * es;
+        V vv[8];
+        for (uint32_t t = 0; t < DT; t++)
+            vv[t] = (D % VW && d0 + (t + 1) * VW > D) ? vload_kv_n(vr + t * VW * es, D - d0 - t * VW, T)
+                                                       : vload_kv(vr + t * VW * es, T);
+        for (uint32_t h = 0; h < HT; h++) {
+            V pb = vset1(sT[(size_t)h * NB + j]);
+            for (uint32_t t = 0; t < DT; t++) acc[h][t] = vfma(pb, vv[t], acc[h][t]);
+        }
+    }
+    for (uint32_t h = 0; h < HT; h++)
+        for (uint32_t t = 0; t < DT; t++) vstoref(o + (size_t)h * Dp + d0 + t * VW, acc[h][t]);
+}
+
+/* All d-vectors of HT heads, in register tiles of DT vectors (largest first). */
+ALWAYS_INLINE void pv_heads(const char *vb, size_t vstride, uint32_t nb, const float *sT, float *o, uint32_t Dp,
+                            const uint32_t D, const fdec_dtype T, const uint32_t HT) {
+    const uint32_t nvec = (D + VW - 1) / VW;
+    uint32_t i = 0;
+#define PV_TILES(DT)                                                                                            \
+    if ((DT) * HT <= NACC || (DT) == 1)                                                                         \
+        for (; i + (DT) <= nvec; i += (DT)) pv_tile(vb, vstride, nb, sT, o, Dp, i * VW, D, T, HT, (DT));
+    PV_TILES(8)
+    PV_TILES(4)
+    PV_TILES(2)
+    PV_TILES(1)
+#undef PV_TILES
+}
+
+/* Splits R heads into register tiles of 8, 4, 2 and 1 and runs `step` on each. */
+#define FOR_HEAD_TILES(R, h0, HT, step)                                                                         \
+    do {                                                                                                        \
+        uint32_t h0 = 0;                                                                                        \
+        for (; h0 + 8 <= (R); h0 += 8) { const uint32_t HT = 8; step; }                                        \
+        if (h0 + 4 <= (R)) { const uint32_t HT = 4; step; h0 += 4; }                                           \
+        if (h0 + 2 <= (R)) { const uint32_t HT = 2; step; h0 += 2; }                                           \
+        if (h0 + 1 <= (R)) { const uint32_t HT = 1; step; h0 += 1; }                                           \
+    } while (0)
+
+/* One block of nb <= NB rows, one KV head: kb, vb point at row 0's vector. State for the R heads of g. */
+ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_t nb, const float *q,
+                         uint32_t R, uint32_t Dp, float *m, float *l, float *o, float *sT, const uint32_t D,
+                         const fdec_dtype T) {
+    FOR_HEAD_TILES(R, h0, HT, qk_tile(kb, rstride, nb, q + (size_t)h0 * Dp, Dp, sT + (size_t)h0 * NB, D, T, HT));
+    for (uint32_t h = 0; h < R; h++) softmax_step(sT + (size_t)h * NB, nb, m + h, l + h, o + (size_t)h * Dp, Dp);
+    FOR_HEAD_TILES(R, h0, HT, pv_heads(vb, rstride, nb, sT + (size_t)h0 * NB, o + (size_t)h0 * Dp, Dp, D, T, HT));
+}
+
+ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,
+                              float *sT, const uint32_t D, const fdec_dtype T) {
+    const uint32_t Dp = a->Dp, R = a->R;
+    const size_t es = fdec_dtype_size(T), rstride = a->ps * es, hstride = a->hs * es;
+    for (uint32_t h = 0; h < a->H; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+        for (uint32_t d = 0; d < Dp; d++) o[(size_t)h * Dp + d] = 0.0f;
+    }
+    for (uint64_t t = t0; t < t1;) {
+        uint64_t row = a->ring ? t % a->ring : t;
+        uint64_t nb = t1 - t < NB ? t1 - t : NB;
+        if (a->ring && a->ring - row < nb) nb = a->ring - row; /* a block never wraps */
+        const char *kb = (const char *)a->k + row * rstride, *vb = (const char *)a->v + row * rstride;
+        for (uint32_t g = 0; g < a->G; g++) {
+            const size_t hq = (size_t)g * R;
+            block(kb + g * hstride, vb + g * hstride, rstride, (uint32_t)nb, a->q + hq * Dp, R, Dp, m + hq, l + hq,
+                  o + hq * Dp, sT, D, T);
+        }
+        t += nb;
+    }
+}
+
+/* The specialised copies: head_dim x K/V type. */
+#define SPEC(Dc, Tc)                                                                                            \
+    static void FN(chunk_##Dc##_##Tc)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l,     \
+                                      float *o, float *sT) {                                                    \
+        chunk_impl(a, t0, t1, m, l, o, sT, (Dc) ? (Dc) : a->D, FDEC_##Tc);                                      \
+    }
+#define SPEC_T(Dc) SPEC(Dc, F16) SPEC(Dc, BF16) SPEC(Dc, F32)
+SPEC_T(0)
+SPEC_T(64)
+SPEC_T(128)
+SPEC_T(256)
+SPEC_T(512)
+
+void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,
+                        float *sT) {
+#define PICK(Dc)                                                                                                \
+    (a->kvt == FDEC_F16 ? FN(chunk_##Dc##_F16) : a->kvt == FDEC_BF16 ? FN(chunk_##Dc##_BF16) : FN(chunk_##Dc##_F32))
+    fdec_cpu_chunk_fn f;
+    switch (a->D) {
+    case 64: f = PICK(64); break;
+    case 128: f = PICK(128); break;
+    case 256: f = PICK(256); break;
+    case 512: f = PICK(512); break;
+    default: f = PICK(0); break;
+    }
+#undef PICK
+    f(a, t0, t1, m, l, o, sT);
+}

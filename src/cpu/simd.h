@@ -1,0 +1,193 @@
+/* simd.h — the small vector vocabulary the CPU kernel (kern.h) is written in, one section per instruction set.
+ * The including file defines FDEC_ISA as 0 (portable C), 1 (AVX2 + FMA + F16C) or 2 (AVX-512 F/BW/VL/DQ) and is
+ * compiled with the matching -m flags; the run-time dispatcher (cpu.c) calls only what the CPU supports.
+ *
+ *   V, VW             vector of VW floats
+ *   NACC              independent accumulators a tile keeps in registers (half the register file)
+ *   vzero, vset1, vloadf, vstoref, vfma(a,b,c)=a*b+c, vmul, vadd, vsub, vmax, vmin, vhsum, vhmax
+ *   vload_kv(p, T)    VW elements of K/V type T at p, as f32
+ *   vload_kv_n(p,n,T) the first n < VW elements, zeros after (never reads past p + n)
+ *   vexp(x)           e^x, relative error < 2e-7, NaN in gives NaN out
+ */
+#ifndef FDEC_SIMD_H
+#define FDEC_SIMD_H
+
+#include "../internal.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Portable conversions, inlined (the api.c versions are out of line). */
+ALWAYS_INLINE float h2f(uint16_t h) {
+    /* f16 -> f32 by exponent re-bias, with subnormals via a float multiply (exact). */
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, em = h & 0x7fff, bits;
+    float f;
+    if (em >= 0x7c00) bits = sign | 0x7f800000u | ((uint32_t)(em & 0x3ff) << 13);
+    else if (em >= 0x0400) bits = sign | ((em + (112u << 10)) << 13);
+    else {
+        f = (float)em * 5.9604644775390625e-8f; /* 2^-24 */
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+ALWAYS_INLINE float b2f(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+ALWAYS_INLINE float load1(const void *p, size_t i, fdec_dtype T) {
+    if (T == FDEC_F32) return ((const float *)p)[i];
+    if (T == FDEC_F16) return h2f(((const uint16_t *)p)[i]);
+    return b2f(((const uint16_t *)p)[i]);
+}
+
+/* Cephes expf polynomial on r in [-ln2/2, ln2/2]; exp(x) = 2^n * p(r), x = n ln2 + r. */
+#define EXP_HI 88.3762626647949f
+#define EXP_LO -87.3365447504f
+#define LOG2E 1.44269504088896341f
+#define LN2_HI 0.693359375f
+#define LN2_LO -2.12194440e-4f
+#define EXP_P0 1.9875691500E-4f
+#define EXP_P1 1.3981999507E-3f
+#define EXP_P2 8.3334519073E-3f
+#define EXP_P3 4.1665795894E-2f
+#define EXP_P4 1.6666665459E-1f
+#define EXP_P5 5.0000001201E-1f
+
+#if FDEC_ISA == 2
+#include <immintrin.h>
+typedef __m512 V;
+#define VW 16
+#define NACC 16
+#define ISA_NAME avx512
+ALWAYS_INLINE V vzero(void) { return _mm512_setzero_ps(); }
+ALWAYS_INLINE V vset1(float x) { return _mm512_set1_ps(x); }
+ALWAYS_INLINE V vloadf(const float *p) { return _mm512_loadu_ps(p); }
+ALWAYS_INLINE void vstoref(float *p, V x) { _mm512_storeu_ps(p, x); }
+ALWAYS_INLINE V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+ALWAYS_INLINE V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
+ALWAYS_INLINE V vadd(V a, V b) { return _mm512_add_ps(a, b); }
+ALWAYS_INLINE V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
+ALWAYS_INLINE V vmax(V a, V b) { return _mm512_max_ps(a, b); } /* NaN in b is returned */
+ALWAYS_INLINE V vmin(V a, V b) { return _mm512_min_ps(a, b); }
+ALWAYS_INLINE float vhsum(V x) { return _mm512_reduce_add_ps(x); }
+ALWAYS_INLINE float vhmax(V x) { return _mm512_reduce_max_ps(x); }
+ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
+    if (T == FDEC_F32) return _mm512_loadu_ps(p);
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    if (T == FDEC_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
+    __mmask16 m = (__mmask16)((1u << n) - 1);
+    if (T == FDEC_F32) return _mm512_maskz_loadu_ps(m, p);
+    __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    if (T == FDEC_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+ALWAYS_INLINE V vexp(V x) {
+    x = vmax(vset1(EXP_LO), vmin(vset1(EXP_HI), x));
+    V n = _mm512_roundscale_ps(vmul(x, vset1(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = vfma(n, vset1(-LN2_HI), x);
+    r = vfma(n, vset1(-LN2_LO), r);
+    V p = vset1(EXP_P0);
+    p = vfma(p, r, vset1(EXP_P1));
+    p = vfma(p, r, vset1(EXP_P2));
+    p = vfma(p, r, vset1(EXP_P3));
+    p = vfma(p, r, vset1(EXP_P4));
+    p = vfma(p, r, vset1(EXP_P5));
+    p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+#elif FDEC_ISA == 1
+#include <immintrin.h>
+typedef __m256 V;
+#define VW 8
+#define NACC 8
+#define ISA_NAME avx2
+ALWAYS_INLINE V vzero(void) { return _mm256_setzero_ps(); }
+ALWAYS_INLINE V vset1(float x) { return _mm256_set1_ps(x); }
+ALWAYS_INLINE V vloadf(const float *p) { return _mm256_loadu_ps(p); }
+ALWAYS_INLINE void vstoref(float *p, V x) { _mm256_storeu_ps(p, x); }
+ALWAYS_INLINE V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+ALWAYS_INLINE V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
+ALWAYS_INLINE V vadd(V a, V b) { return _mm256_add_ps(a, b); }
+ALWAYS_INLINE V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
+ALWAYS_INLINE V vmax(V a, V b) { return _mm256_max_ps(a, b); }
+ALWAYS_INLINE V vmin(V a, V b) { return _mm256_min_ps(a, b); }
+ALWAYS_INLINE float vhsum(V x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+ALWAYS_INLINE float vhmax(V x) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
+    if (T == FDEC_F32) return _mm256_loadu_ps(p);
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (T == FDEC_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
+    float buf[VW] = {0};
+    for (uint32_t i = 0; i < n; i++) buf[i] = load1(p, i, T);
+    return _mm256_loadu_ps(buf);
+}
+ALWAYS_INLINE V vexp(V x) {
+    x = vmax(vset1(EXP_LO), vmin(vset1(EXP_HI), x));
+    V n = _mm256_round_ps(vmul(x, vset1(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = vfma(n, vset1(-LN2_HI), x);
+    r = vfma(n, vset1(-LN2_LO), r);
+    V p = vset1(EXP_P0);
+    p = vfma(p, r, vset1(EXP_P1));
+    p = vfma(p, r, vset1(EXP_P2));
+    p = vfma(p, r, vset1(EXP_P3));
+    p = vfma(p, r, vset1(EXP_P4));
+    p = vfma(p, r, vset1(EXP_P5));
+    p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+    /* 2^n by building the exponent; n in [-127, 128] after the clamp: split in two factors to stay finite */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    V s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    return vmul(vmul(p, s1), s2);
+}
+
+#else /* portable C: one lane; the compiler may still vectorise the loops around it */
+typedef float V;
+#define VW 1
+#define NACC 8
+#define ISA_NAME scalar
+ALWAYS_INLINE V vzero(void) { return 0.0f; }
+ALWAYS_INLINE V vset1(float x) { return x; }
+ALWAYS_INLINE V vloadf(const float *p) { return *p; }
+ALWAYS_INLINE void vstoref(float *p, V x) { *p = x; }
+ALWAYS_INLINE V vfma(V a, V b, V c) { return a * b + c; }
+ALWAYS_INLINE V vmul(V a, V b) { return a * b; }
+ALWAYS_INLINE V vadd(V a, V b) { return a + b; }
+ALWAYS_INLINE V vsub(V a, V b) { return a - b; }
+ALWAYS_INLINE V vmax(V a, V b) { return (isnan(b) || b > a) ? b : a; }
+ALWAYS_INLINE V vmin(V a, V b) { return (isnan(b) || b < a) ? b : a; }
+ALWAYS_INLINE float vhsum(V x) { return x; }
+ALWAYS_INLINE float vhmax(V x) { return x; }
+ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) { return load1(p, 0, T); }
+ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
+    (void)p, (void)n, (void)T;
+    return 0.0f; /* never called: VW == 1 has no tails */
+}
+ALWAYS_INLINE V vexp(V x) { return expf(x); }
+#endif
+
+#endif

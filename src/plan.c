@@ -1,0 +1,32 @@
+/* plan.c — split-KV geometry, one rule for every backend.
+ *
+ * The attended range [lo, hi) is cut into num_chunks chunks of chunk_len positions (the last may be shorter).
+ * Each chunk yields one partial state per query head; the states merge by log-sum-exp (state.h), so the
+ * result does not depend on the split beyond rounding, and a given split always gives the same bits.
+ *
+ * The backend says how much parallelism it has (`lanes`), the shortest chunk that is worth its own partial
+ * state (`min_chunk`, where fixed costs per chunk stop mattering) and the most chunks its scratch allows. */
+#include "internal.h"
+
+/* Chunk starts are kept on multiples of this many positions, so that a chunk's blocks line up with the
+ * kernels' position blocks (the CPU kernels work in blocks of 32, see cpu/kern.h). */
+#define CHUNK_ALIGN 32u
+
+fdec_split fdec_make_split(const fdec_problem *p, uint32_t lanes, uint32_t min_chunk, uint32_t max_chunks) {
+    fdec_split s;
+    s.lo = p->lo;
+    s.hi = p->seq_len;
+    uint64_t n = (uint64_t)s.hi - s.lo; /* >= 1 */
+    if (min_chunk < 1) min_chunk = 1;
+    if (lanes < 1) lanes = 1;
+    if (max_chunks < 1) max_chunks = 1;
+    uint64_t nc = (n + min_chunk - 1) / min_chunk;
+    if (nc > lanes) nc = lanes;
+    if (nc > max_chunks) nc = max_chunks;
+    if (nc < 1) nc = 1;
+    uint64_t len = (n + nc - 1) / nc;
+    if (nc > 1) len = (len + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
+    s.chunk_len = (uint32_t)len;
+    s.num_chunks = (uint32_t)((n + len - 1) / len);
+    return s;
+}

@@ -1,0 +1,29 @@
+/* state.h — the online-softmax partial state and its merge, the one definition every backend uses.
+ *
+ * A partial state over a set of positions S for one query head is (m, l, o):
+ *     m = max_{t in S} s_t,  l = sum_{t in S} exp(s_t - m),  o = sum_{t in S} exp(s_t - m) * V_t
+ * Two states over disjoint sets merge exactly: m = max(m1, m2), l = l1*e1 + l2*e2, o = o1*e1 + o2*e2 with
+ * e_i = exp(m_i - m). An empty set is m = -inf, l = 0, o = 0 and merges as the identity. The final output is
+ * o / l and lse = m + log(l).
+ *
+ * The functions are plain C that also compiles as CUDA device code (FDEC_HD).
+ */
+#ifndef FDEC_STATE_H
+#define FDEC_STATE_H
+
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define FDEC_HD __host__ __device__ __forceinline__
+#else
+#define FDEC_HD static inline
+#endif
+
+/* Weight of a state with max m_i in a merge whose max is m. An empty state (m_i = -inf) weighs 0, also when
+ * every state is empty (which would give exp(-inf - -inf) = NaN). */
+FDEC_HD float fdec_state_weight(float m_i, float m) { return m_i == -INFINITY ? 0.0f : expf(m_i - m); }
+
+/* Natural-log sum of exponentials of a final state; -inf for an empty one. */
+FDEC_HD float fdec_state_lse(float m, float l) { return l == 0.0f ? -INFINITY : m + logf(l); }
+
+#endif

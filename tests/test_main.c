@@ -1,0 +1,502 @@
+/* test_main.c — the test suite, one runner. Every kernel result is compared with the float64 reference on
+ * fresh random inputs; outputs are poisoned first and guarded on both sides; K/V outside the attended range
+ * is NaN, so a read out of range shows. The last line is "N passed, N failed".
+ *
+ *   build/tests/run_tests [--seed N] [--configs N] [--readme-example PATH] [--quick]
+ */
+#include "../tools/bench_util.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int n_pass, n_fail;
+
+static void check(int ok, const char *fmt, ...) {
+    if (ok) {
+        n_pass++;
+        return;
+    }
+    n_fail++;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+/* ---- a decode with poisoned, guarded output ---- */
+
+#define GUARD 64
+typedef struct {
+    unsigned char *out_raw, *lse_raw;
+    void *out;
+    float *lse;
+    size_t out_bytes, lse_bytes;
+} outbuf;
+
+static void outbuf_init(outbuf *b, const fdec_problem *p) {
+    b->out_bytes = (size_t)p->H * p->D * fdec_dtype_size(p->ot);
+    b->lse_bytes = (size_t)p->H * sizeof(float);
+    b->out_raw = malloc(b->out_bytes + 2 * GUARD);
+    b->lse_raw = malloc(b->lse_bytes + 2 * GUARD);
+    b->out = b->out_raw + GUARD;
+    b->lse = (float *)(b->lse_raw + GUARD);
+}
+static void outbuf_poison(outbuf *b) {
+    memset(b->out_raw, 0xA5, b->out_bytes + 2 * GUARD);
+    memset(b->lse_raw, 0xA5, b->lse_bytes + 2 * GUARD);
+    memset(b->out, 0xff, b->out_bytes); /* NaN in every dtype */
+    memset(b->lse, 0xff, b->lse_bytes);
+}
+static int guards_ok(const outbuf *b) {
+    for (int i = 0; i < GUARD; i++)
+        if (b->out_raw[i] != 0xA5 || b->out_raw[GUARD + b->out_bytes + i] != 0xA5 || b->lse_raw[i] != 0xA5 ||
+            b->lse_raw[GUARD + b->lse_bytes + i] != 0xA5)
+            return 0;
+    return 1;
+}
+static void outbuf_free(outbuf *b) {
+    free(b->out_raw);
+    free(b->lse_raw);
+}
+
+static char *describe(const fd_problem *pr, char *buf, size_t n) {
+    const fdec_layer *L = &pr->layer;
+    static const char *dt[] = {"f32", "f16", "bf16"};
+    snprintf(buf, n, "D=%u H=%u G=%u L=%u win=%u ring=%u q/kv/out=%s/%s/%s %s scale=%g", L->head_dim,
+             L->num_q_heads, L->num_kv_heads, pr->seq_len, L->window, L->ring_capacity, dt[L->q_dtype],
+             dt[L->kv_dtype], dt[L->out_dtype], fd_layout_name(pr->layout), (double)L->scale);
+    return buf;
+}
+
+/* Runs ctx on pr and checks against the reference (ref/ref_lse). Returns the error. */
+static double run_and_check(fdec_context *ctx, const char *who, fd_problem *pr, const double *ref,
+                            const double *ref_lse, int with_lse) {
+    outbuf b;
+    outbuf_init(&b, &pr->p);
+    outbuf_poison(&b);
+    char desc[256];
+    fdec_status st = fdec_decode(ctx, &pr->layer, pr->seq_len, pr->q, pr->k, pr->v, b.out, with_lse ? b.lse : NULL);
+    double err = INFINITY, tol = fd_tolerance(pr);
+    if (st != FDEC_OK) {
+        check(0, "%s: %s: status %s: %s", who, describe(pr, desc, sizeof desc), fdec_status_string(st),
+              fdec_last_error());
+    } else {
+        err = fd_out_error(pr, b.out, ref);
+        double lerr = with_lse ? fd_lse_error(pr, b.lse, ref_lse) : 0;
+        int lse_untouched = with_lse || ((unsigned char *)b.lse)[0] == 0xff;
+        check(err <= tol && lerr <= 1e-5 + 1e-7 * pr->max_logit && guards_ok(&b) && lse_untouched,
+              "%s: %s: out err %.3g (tol %.3g), lse err %.3g, guards %s", who, describe(pr, desc, sizeof desc),
+              err, tol, lerr, guards_ok(&b) ? "ok" : "WRITTEN");
+    }
+    outbuf_free(&b);
+    return err;
+}
+
+/* ---- contexts for every path this CPU has ---- */
+
+typedef struct {
+    fdec_context *ctx;
+    char name[32];
+} path_ctx;
+
+static int make_path_contexts(path_ctx *pc) {
+    int n = 0;
+    unsigned f = fdec_cpu_features();
+    for (int path = FDEC_CPU_SCALAR; path <= FDEC_CPU_AVX512; path++) {
+        if (!((f >> path) & 1)) {
+            printf("skip: the %s path (this CPU lacks it)\n", fdec_cpu_path_name((fdec_cpu_path)path));
+            continue;
+        }
+        fdec_options o = fdec_default_options();
+        o.cpu_path = (fdec_cpu_path)path;
+        o.threads = 2;
+        if (fdec_context_create(FDEC_BACKEND_CPU, &o, &pc[n].ctx) != FDEC_OK) {
+            check(0, "create %s context: %s", fdec_cpu_path_name((fdec_cpu_path)path), fdec_last_error());
+            continue;
+        }
+        snprintf(pc[n].name, sizeof pc[n].name, "%s/2t", fdec_cpu_path_name((fdec_cpu_path)path));
+        n++;
+    }
+    fdec_options o = fdec_default_options();
+    o.threads = 1;
+    if (fdec_context_create(FDEC_BACKEND_CPU, &o, &pc[n].ctx) == FDEC_OK) {
+        snprintf(pc[n].name, sizeof pc[n].name, "auto/1t");
+        n++;
+    }
+    return n;
+}
+
+/* ---- 1. the randomized sweep ---- */
+
+static void test_sweep(path_ctx *pc, int npc, int configs, uint64_t seed) {
+    fd_rng r = {seed};
+    int done = 0;
+    double worst = 0;
+    for (int i = 0; i < configs; i++) {
+        fdec_layer L;
+        uint32_t seq_len;
+        fd_layout layout;
+        fd_random_config(&r, &L, &seq_len, &layout);
+        fd_problem pr;
+        if (fd_problem_make(&pr, &L, seq_len, layout, 1.0f, &r)) {
+            check(0, "sweep config %d could not be built: %s", i, fdec_last_error());
+            continue;
+        }
+        double *ref = malloc(sizeof(double) * pr.p.H * pr.p.D), *ref_lse = malloc(sizeof(double) * pr.p.H);
+        fd_reference(&pr, ref, ref_lse);
+        for (int c = 0; c < npc; c++) {
+            double e = run_and_check(pc[c].ctx, pc[c].name, &pr, ref, ref_lse, (int)(fd_rand(&r) % 5) != 0);
+            if (e / fd_tolerance(&pr) > worst) worst = e / fd_tolerance(&pr);
+        }
+        free(ref);
+        free(ref_lse);
+        fd_problem_free(&pr);
+        done++;
+    }
+    printf("sweep: %d random configurations x %d contexts, worst error %.2f of tolerance\n", done, npc, worst);
+}
+
+/* ---- 2. the seed shapes and 3. numerics ---- */
+
+static void one_case(path_ctx *pc, int npc, const char *name, fdec_layer L, uint32_t seq_len, float amp,
+                     uint64_t seed) {
+    fd_rng r = {seed};
+    fd_problem pr;
+    if (fd_problem_make(&pr, &L, seq_len, FD_DENSE, amp, &r)) {
+        check(0, "%s: could not build: %s", name, fdec_last_error());
+        return;
+    }
+    double *ref = malloc(sizeof(double) * pr.p.H * pr.p.D), *ref_lse = malloc(sizeof(double) * pr.p.H);
+    fd_reference(&pr, ref, ref_lse);
+    double worst = 0;
+    for (int c = 0; c < npc; c++) {
+        double e = run_and_check(pc[c].ctx, pc[c].name, &pr, ref, ref_lse, 1);
+        if (e > worst) worst = e;
+    }
+    printf("%-40s worst error %.3g (tol %.3g)\n", name, worst, fd_tolerance(&pr));
+    free(ref);
+    free(ref_lse);
+    fd_problem_free(&pr);
+}
+
+static fdec_layer layer_of(uint32_t D, uint32_t H, uint32_t G, uint32_t window, uint32_t ring, fdec_dtype kv,
+                           float scale) {
+    fdec_layer L;
+    memset(&L, 0, sizeof L);
+    L.head_dim = D;
+    L.num_q_heads = H;
+    L.num_kv_heads = G;
+    L.window = window;
+    L.ring_capacity = ring;
+    L.kv_dtype = kv;
+    L.scale = scale;
+    return L;
+}
+
+static void test_seed_shapes(path_ctx *pc, int npc) {
+    one_case(pc, npc, "gemma4 sliding 256/16/8 w1024 ring L=5000", layer_of(256, 16, 8, 1024, 1024, FDEC_F16, 1.0f),
+             5000, 0.1f, 11);
+    one_case(pc, npc, "gemma4 sliding 256/16/8 w1024 ring L=700", layer_of(256, 16, 8, 1024, 1024, FDEC_F16, 1.0f),
+             700, 0.1f, 12);
+    one_case(pc, npc, "gemma4 full 512/16/2 L=3000", layer_of(512, 16, 2, 0, 0, FDEC_F16, 1.0f), 3000, 0.05f, 13);
+    one_case(pc, npc, "lfm2 64/32/8 (group 4) L=4096", layer_of(64, 32, 8, 0, 0, FDEC_F16, 0), 4096, 1.0f, 14);
+    one_case(pc, npc, "llama3-8b 128/32/8 L=2048 bf16", layer_of(128, 32, 8, 0, 0, FDEC_BF16, 0), 2048, 1.0f, 15);
+}
+
+static void test_numerics(path_ctx *pc, int npc) {
+    /* logits around 1e4: scale 1, |q| large. The softmax is then nearly one-hot; output must still be right. */
+    one_case(pc, npc, "large logits (~1e4) 128/8/2 f32", layer_of(128, 8, 2, 0, 0, FDEC_F32, 1.0f), 1000, 150.0f,
+             21);
+    one_case(pc, npc, "large logits (~1e4) 64/4/4 f16", layer_of(64, 4, 4, 0, 0, FDEC_F16, 1.0f), 500, 300.0f, 22);
+    /* window 1 returns V of the last position exactly (f32 out, f32 kv) */
+    fd_rng r = {23};
+    fdec_layer L = layer_of(33, 6, 3, 1, 0, FDEC_F32, 0);
+    fd_problem pr;
+    fd_problem_make(&pr, &L, 77, FD_DENSE, 1.0f, &r);
+    for (int c = 0; c < npc; c++) {
+        outbuf b;
+        outbuf_init(&b, &pr.p);
+        outbuf_poison(&b);
+        fdec_status st = fdec_decode(pc[c].ctx, &pr.layer, 77, pr.q, pr.k, pr.v, b.out, b.lse);
+        int ok = st == FDEC_OK;
+        for (uint32_t h = 0; ok && h < 6; h++)
+            for (uint32_t d = 0; d < 33; d++)
+                ok &= ((float *)b.out)[h * 33 + d] == ((float *)pr.v)[76 * 3 * 33 + (h / 2) * 33 + d];
+        check(ok, "%s: window 1 must return V of the last position exactly", pc[c].name);
+        outbuf_free(&b);
+    }
+    fd_problem_free(&pr);
+}
+
+/* ---- 4. bad input ---- */
+
+typedef struct {
+    const char *what;
+    fdec_layer L;
+    uint32_t seq_len;
+    int null_arg; /* 0 none, 1 q, 2 k, 3 v, 4 out, 5 ctx, 6 layer, 7 misaligned k */
+    fdec_status want;
+    const char *msg; /* substring the message must contain */
+} bad_case;
+
+static void test_bad_input(void) {
+    fdec_context *ctx;
+    if (fdec_context_create(FDEC_BACKEND_CPU, NULL, &ctx) != FDEC_OK) {
+        check(0, "create default context: %s", fdec_last_error());
+        return;
+    }
+    const fdec_layer good = layer_of(64, 8, 2, 0, 0, FDEC_F16, 0);
+    bad_case cases[64];
+    int n = 0;
+#define BAD(WHAT, FIELD_EXPR, SEQ, NUL, WANT, MSG)                                                              \
+    do {                                                                                                        \
+        bad_case *bc = &cases[n++];                                                                             \
+        bc->what = WHAT;                                                                                        \
+        bc->L = good;                                                                                           \
+        { fdec_layer *l = &bc->L; (void)l; FIELD_EXPR; }                                                        \
+        bc->seq_len = SEQ;                                                                                      \
+        bc->null_arg = NUL;                                                                                     \
+        bc->want = WANT;                                                                                        \
+        bc->msg = MSG;                                                                                          \
+    } while (0)
+    BAD("head_dim 0", l->head_dim = 0, 10, 0, FDEC_EINVAL, "head_dim (0) must be in 1..512");
+    BAD("head_dim 513", l->head_dim = 513, 10, 0, FDEC_EINVAL, "head_dim (513)");
+    BAD("num_q_heads 0", l->num_q_heads = 0, 10, 0, FDEC_EINVAL, "num_q_heads (0)");
+    BAD("num_kv_heads 0", l->num_kv_heads = 0, 10, 0, FDEC_EINVAL, "num_kv_heads (0)");
+    BAD("gqa not a multiple", (l->num_q_heads = 12, l->num_kv_heads = 8), 10, 0, FDEC_EINVAL,
+        "num_q_heads (12) must be a multiple of num_kv_heads (8)");
+    BAD("NaN scale", l->scale = NAN, 10, 0, FDEC_EINVAL, "scale");
+    BAD("inf scale", l->scale = INFINITY, 10, 0, FDEC_EINVAL, "must be finite");
+    BAD("bad q_dtype", l->q_dtype = (fdec_dtype)7, 10, 0, FDEC_EINVAL, "q_dtype (7)");
+    BAD("bad kv_dtype", l->kv_dtype = (fdec_dtype)-1, 10, 0, FDEC_EINVAL, "kv_dtype (-1)");
+    BAD("bad out_dtype", l->out_dtype = (fdec_dtype)3, 10, 0, FDEC_EINVAL, "out_dtype (3)");
+    BAD("ring without window", l->ring_capacity = 64, 10, 0, FDEC_EINVAL, "needs a window");
+    BAD("ring < window", (l->window = 100, l->ring_capacity = 50), 10, 0, FDEC_EINVAL,
+        "ring_capacity (50) must be at least window (100)");
+    BAD("seq_len 0", (void)0, 0, 0, FDEC_EINVAL, "seq_len (0)");
+    BAD("overlapping heads", l->kv_head_stride = 32, 10, 0, FDEC_EINVAL, "overlap");
+    BAD("overlapping rows", l->kv_pos_stride = 100, 10, 0, FDEC_EINVAL, "overlap");
+    BAD("pos stride < head_dim (head-major)", (l->kv_pos_stride = 63, l->kv_head_stride = 10000), 10, 0,
+        FDEC_EINVAL, "overlap");
+    BAD("huge strides", (l->kv_pos_stride = SIZE_MAX / 4, l->kv_head_stride = 64), 10, 0, FDEC_EINVAL,
+        "too large");
+    BAD("NULL q", (void)0, 10, 1, FDEC_EINVAL, "q must not be NULL");
+    BAD("NULL k", (void)0, 10, 2, FDEC_EINVAL, "k must not be NULL");
+    BAD("NULL v", (void)0, 10, 3, FDEC_EINVAL, "v must not be NULL");
+    BAD("NULL out", (void)0, 10, 4, FDEC_EINVAL, "out must not be NULL");
+    BAD("NULL ctx", (void)0, 10, 5, FDEC_EINVAL, "ctx must not be NULL");
+    BAD("NULL layer", (void)0, 10, 6, FDEC_EINVAL, "layer must not be NULL");
+    BAD("misaligned k", (void)0, 10, 7, FDEC_EINVAL, "aligned");
+#undef BAD
+    /* buffers big enough for the good layer at seq_len 10 */
+    uint16_t *q = calloc(8 * 64 + 1, 2), *k = calloc(10 * 2 * 64 + 1, 2), *v = calloc(10 * 2 * 64, 2);
+    unsigned char out[8 * 64 * 4], lse[8 * 4];
+    for (int i = 0; i < n; i++) {
+        bad_case *bc = &cases[i];
+        memset(out, 0x5a, sizeof out);
+        memset(lse, 0x5a, sizeof lse);
+        const void *qa = bc->null_arg == 1 ? NULL : q, *ka = bc->null_arg == 2 ? NULL : k;
+        if (bc->null_arg == 7) ka = (const char *)k + 1;
+        fdec_status st = fdec_decode(bc->null_arg == 5 ? NULL : ctx, bc->null_arg == 6 ? NULL : &bc->L, bc->seq_len,
+                                     qa, ka, bc->null_arg == 3 ? NULL : v, bc->null_arg == 4 ? NULL : out,
+                                     (float *)lse);
+        int untouched = 1;
+        for (size_t j = 0; j < sizeof out; j++) untouched &= out[j] == 0x5a;
+        for (size_t j = 0; j < sizeof lse; j++) untouched &= lse[j] == 0x5a;
+        check(st == bc->want && strstr(fdec_last_error(), bc->msg) && untouched,
+              "bad input '%s': got %s \"%s\", want %s containing \"%s\"%s", bc->what, fdec_status_string(st),
+              fdec_last_error(), fdec_status_string(bc->want), bc->msg, untouched ? "" : " (out WRITTEN)");
+        /* fdec_plan applies the same rules to the layer */
+        if (bc->null_arg == 0) {
+            fdec_plan_info info;
+            check(fdec_plan(ctx, &bc->L, bc->seq_len, &info) == bc->want, "plan with bad input '%s' accepted",
+                  bc->what);
+        }
+    }
+    /* a good call on the same buffers works, so the table above failed for the stated reason */
+    check(fdec_decode(ctx, &good, 10, q, k, v, out, (float *)lse) == FDEC_OK, "good call after the bad ones: %s",
+          fdec_last_error());
+    /* context creation errors */
+    fdec_context *c2 = (fdec_context *)1;
+    check(fdec_context_create((fdec_backend)9, NULL, &c2) == FDEC_EINVAL && c2 == NULL &&
+              strstr(fdec_last_error(), "backend (9)"),
+          "unknown backend: %s", fdec_last_error());
+    fdec_options o = fdec_default_options();
+    o.cpu_path = (fdec_cpu_path)42;
+    check(fdec_context_create(FDEC_BACKEND_CPU, &o, &c2) == FDEC_EINVAL && strstr(fdec_last_error(), "cpu_path (42)"),
+          "bad cpu_path: %s", fdec_last_error());
+    check(fdec_context_create(FDEC_BACKEND_CPU, NULL, NULL) == FDEC_EINVAL, "NULL out pointer to create");
+    if (!fdec_backend_available(FDEC_BACKEND_CUDA))
+        check(fdec_context_create(FDEC_BACKEND_CUDA, NULL, &c2) == FDEC_EUNSUPPORTED &&
+                  strstr(fdec_last_error(), "CUDA"),
+              "CUDA in a build without it: %s", fdec_last_error());
+    check(fdec_plan(ctx, &good, 10, NULL) == FDEC_EINVAL, "plan with NULL info");
+    check(strcmp(fdec_status_string(FDEC_EINVAL), "invalid argument") == 0 &&
+              strcmp(fdec_status_string((fdec_status)77), "unknown status") == 0,
+          "status strings");
+    fdec_context_destroy(NULL);
+    fdec_context_destroy(ctx);
+    free(q);
+    free(k);
+    free(v);
+    printf("bad input: %d cases\n", n);
+}
+
+/* ---- 5. determinism, threads, plan, parallel_for ---- */
+
+static void serial_for(void *user, fdec_task_fn fn, void *task, uint32_t n) {
+    (*(int *)user)++;
+    for (uint32_t i = n; i-- > 0;) fn(task, i, n); /* reverse order: the result must not care */
+}
+
+static void test_determinism_threads(void) {
+    fd_rng r = {31};
+    fdec_layer L = layer_of(128, 32, 8, 0, 0, FDEC_F16, 0);
+    const uint32_t n = 20000;
+    fd_problem pr;
+    fd_problem_make(&pr, &L, n, FD_DENSE, 1.0f, &r);
+    double *ref = malloc(sizeof(double) * pr.p.H * pr.p.D), *ref_lse = malloc(sizeof(double) * pr.p.H);
+    fd_reference(&pr, ref, ref_lse);
+    fdec_context *c1, *c2;
+    fdec_options o = fdec_default_options();
+    o.threads = 1;
+    fdec_context_create(FDEC_BACKEND_CPU, &o, &c1);
+    o.threads = 2;
+    fdec_context_create(FDEC_BACKEND_CPU, &o, &c2);
+    size_t bytes = (size_t)pr.p.H * pr.p.D * 4;
+    float *a = malloc(bytes), *b = malloc(bytes), *c = malloc(bytes);
+    fdec_decode(c2, &L, n, pr.q, pr.k, pr.v, a, NULL);
+    memset(b, 0xff, bytes);
+    fdec_decode(c2, &L, n, pr.q, pr.k, pr.v, b, NULL);
+    check(memcmp(a, b, bytes) == 0, "two calls on one context must give identical bytes");
+    fdec_decode(c1, &L, n, pr.q, pr.k, pr.v, c, NULL);
+    double diff = 0;
+    for (size_t i = 0; i < bytes / 4; i++) diff = fmax(diff, fabs((double)a[i] - c[i]));
+    check(diff <= 2e-6, "1 and 2 threads must agree within 2e-6 (got %.3g)", diff);
+    printf("determinism: identical bytes; 1 vs 2 threads differ by %.3g\n", diff);
+
+    fdec_plan_info info;
+    check(fdec_plan(c2, &L, n, &info) == FDEC_OK && info.num_chunks > 1 && info.kv_start == 0 && info.kv_end == n &&
+              (uint64_t)info.chunk_len * info.num_chunks >= n &&
+              (uint64_t)info.chunk_len * (info.num_chunks - 1) < n && info.grouped == 1 && info.scratch_bytes > 0,
+          "plan geometry: %u chunks of %u", info.num_chunks, info.chunk_len);
+    fdec_layer W = L;
+    W.window = 1000;
+    check(fdec_plan(c2, &W, n, &info) == FDEC_OK && info.kv_start == n - 1000 && info.kv_end == n,
+          "plan window range: [%u, %u)", info.kv_start, info.kv_end);
+
+    /* a caller-supplied parallel-for is used, and gives the same bytes */
+    int calls = 0;
+    o.parallel_for = serial_for;
+    o.parallel_user = &calls;
+    fdec_context *c3;
+    check(fdec_context_create(FDEC_BACKEND_CPU, &o, &c3) == FDEC_OK, "create with parallel_for");
+    memset(b, 0xff, bytes);
+    fdec_decode(c3, &L, n, pr.q, pr.k, pr.v, b, NULL);
+    check(calls == 1 && memcmp(a, b, bytes) == 0, "parallel_for: called %d times, same bytes: %d", calls,
+          memcmp(a, b, bytes) == 0);
+    check(fd_out_error(&pr, b, ref) <= fd_tolerance(&pr), "parallel_for result against the reference");
+    fdec_context_destroy(c1);
+    fdec_context_destroy(c2);
+    fdec_context_destroy(c3);
+    free(a);
+    free(b);
+    free(c);
+    free(ref);
+    free(ref_lse);
+    fd_problem_free(&pr);
+}
+
+/* One context used by two threads at once: the second call is refused with a clear status, never a race. */
+typedef struct {
+    fdec_context *ctx;
+    fd_problem *pr;
+    int busy, ok;
+} conc_arg;
+
+static void *conc_thread(void *x) {
+    conc_arg *a = x;
+    float *out = malloc((size_t)a->pr->p.H * a->pr->p.D * 4);
+    for (int i = 0; i < 50; i++) {
+        fdec_status st = fdec_decode(a->ctx, &a->pr->layer, a->pr->seq_len, a->pr->q, a->pr->k, a->pr->v, out, NULL);
+        if (st == FDEC_OK) a->ok++;
+        else if (st == FDEC_EBACKEND && strstr(fdec_last_error(), "busy")) a->busy++;
+    }
+    free(out);
+    return NULL;
+}
+
+static void test_concurrency(void) {
+    fd_rng r = {41};
+    fdec_layer L = layer_of(64, 8, 2, 0, 0, FDEC_F16, 0);
+    fd_problem pr;
+    fd_problem_make(&pr, &L, 4000, FD_DENSE, 1.0f, &r);
+    fdec_context *ctx;
+    fdec_options o = fdec_default_options();
+    o.threads = 1;
+    fdec_context_create(FDEC_BACKEND_CPU, &o, &ctx);
+    conc_arg a[2] = {{ctx, &pr, 0, 0}, {ctx, &pr, 0, 0}};
+    pthread_t t;
+    pthread_create(&t, NULL, conc_thread, &a[1]);
+    conc_thread(&a[0]);
+    pthread_join(t, NULL);
+    check(a[0].ok + a[0].busy == 50 && a[1].ok + a[1].busy == 50 && a[0].ok + a[1].ok >= 50,
+          "shared context: every call either ran or was refused as busy (%d+%d ok, %d+%d busy)", a[0].ok, a[1].ok,
+          a[0].busy, a[1].busy);
+    fdec_context_destroy(ctx);
+    fd_problem_free(&pr);
+}
+
+/* ---- 6. the README example ---- */
+
+static void test_readme_example(const char *path) {
+    if (!path) return;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s > /dev/null", path);
+    int rc = system(cmd);
+    check(rc == 0, "README example (%s) exited with %d", path, rc);
+    printf("README example: %s\n", rc == 0 ? "ran" : "FAILED");
+}
+
+int main(int argc, char **argv) {
+    uint64_t seed = 0x5eed;
+    int configs = 1100;
+    const char *readme = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--configs") && i + 1 < argc) configs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--readme-example") && i + 1 < argc) readme = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) configs = 100;
+        else {
+            fprintf(stderr, "run_tests: unknown argument '%s' (--seed N, --configs N, --readme-example PATH)\n",
+                    argv[i]);
+            return 2;
+        }
+    }
+    double t0 = fd_now();
+    path_ctx pc[8];
+    int npc = make_path_contexts(pc);
+    printf("contexts:");
+    for (int i = 0; i < npc; i++) printf(" %s", pc[i].name);
+    printf("; seed %llu\n", (unsigned long long)seed);
+    test_bad_input();
+    test_seed_shapes(pc, npc);
+    test_numerics(pc, npc);
+    test_determinism_threads();
+    test_concurrency();
+    test_sweep(pc, npc, configs, seed);
+    test_readme_example(readme);
+    printf("CUDA tests: skipped (%s)\n", fdec_backend_available(FDEC_BACKEND_CUDA)
+                                            ? "run `make test-cuda` on a machine with an NVIDIA GPU"
+                                            : "this build has no CUDA backend");
+    for (int i = 0; i < npc; i++) fdec_context_destroy(pc[i].ctx);
+    printf("time %.1f s\n", fd_now() - t0);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}

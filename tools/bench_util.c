@@ -1,0 +1,331 @@
+/* bench_util.c — random problems, the reference check, timers and the machine's ceilings (bench_util.h). */
+#include "bench_util.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+uint64_t fd_rand(fd_rng *r) { /* splitmix64 */
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+double fd_uniform(fd_rng *r) { return (double)(fd_rand(r) >> 11) * 0x1.0p-53; }
+
+double fd_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *fd_layout_name(fd_layout l) {
+    static const char *n[] = {"dense", "pos-padded", "head-major"};
+    return l < FD_NUM_LAYOUTS ? n[l] : "?";
+}
+
+static void fill_nan(void *buf, size_t n, fdec_dtype t) {
+    memset(buf, 0xff, n * fdec_dtype_size(t)); /* all-ones is a NaN in f32, f16 and bf16 */
+}
+
+int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, fd_layout layout, float amp,
+                    fd_rng *rng) {
+    memset(pr, 0, sizeof *pr);
+    pr->layer = *layer;
+    pr->seq_len = seq_len;
+    pr->layout = layout;
+    const size_t D = layer->head_dim, G = layer->num_kv_heads;
+    const size_t rows = layer->ring_capacity ? layer->ring_capacity : seq_len;
+    switch (layout) {
+    case FD_DENSE: pr->layer.kv_pos_stride = pr->layer.kv_head_stride = 0; break;
+    case FD_POS_PADDED: /* [pos][head][dim] with padded heads and rows */
+        pr->layer.kv_head_stride = D + 1 + fd_rand(rng) % 8;
+        pr->layer.kv_pos_stride = G * pr->layer.kv_head_stride + fd_rand(rng) % 5;
+        break;
+    case FD_HEAD_MAJOR: /* [head][pos][dim], rows padded, room for more rows than used */
+        pr->layer.kv_pos_stride = D + fd_rand(rng) % 4;
+        pr->layer.kv_head_stride = (rows + fd_rand(rng) % 3) * pr->layer.kv_pos_stride;
+        break;
+    default: return -1;
+    }
+    if (fdec_problem_init(&pr->layer, seq_len, &pr->p) != FDEC_OK) return -1;
+    const fdec_problem *p = &pr->p;
+    pr->kv_elems = (rows - 1) * p->ps + (G - 1) * p->hs + D;
+    size_t qn = (size_t)p->H * D, es = fdec_dtype_size(p->kvt);
+    pr->q = malloc(qn * fdec_dtype_size(p->qt));
+    pr->k = malloc(pr->kv_elems * es);
+    pr->v = malloc(pr->kv_elems * es);
+    if (!pr->q || !pr->k || !pr->v) return fd_problem_free(pr), -1;
+    for (size_t i = 0; i < qn; i++) fdec_store_elem(pr->q, i, p->qt, (float)(amp * (2 * fd_uniform(rng) - 1)));
+    fill_nan(pr->k, pr->kv_elems, p->kvt);
+    fill_nan(pr->v, pr->kv_elems, p->kvt);
+    for (uint64_t t = p->lo; t < p->seq_len; t++)
+        for (size_t g = 0; g < G; g++) {
+            size_t base = (size_t)fdec_row(p, t) * p->ps + g * p->hs;
+            for (size_t d = 0; d < D; d++) {
+                fdec_store_elem(pr->k, base + d, p->kvt, (float)(2 * fd_uniform(rng) - 1));
+                fdec_store_elem(pr->v, base + d, p->kvt, (float)(2 * fd_uniform(rng) - 1));
+            }
+        }
+    return 0;
+}
+
+void fd_problem_free(fd_problem *pr) {
+    free(pr->q);
+    free(pr->k);
+    free(pr->v);
+    pr->q = pr->k = pr->v = NULL;
+}
+
+void fd_reference(fd_problem *pr, double *out, double *lse) {
+    const fdec_problem *p = &pr->p;
+    fdec_reference(p, pr->q, pr->k, pr->v, out, lse);
+    /* largest |logit|: for the tolerance */
+    double mx = 0;
+    for (uint32_t h = 0; h < p->H; h++) {
+        double qn = 0;
+        for (uint32_t d = 0; d < p->D; d++) qn += fabs(fdec_load_elem(pr->q, (size_t)h * p->D + d, p->qt));
+        if (qn > mx) mx = qn; /* |K| <= 1, so |q.k| <= sum |q| */
+    }
+    pr->max_logit = mx * fabs(p->scale);
+}
+
+/* Tolerance, in absolute terms (V is uniform in [-1, 1]):
+ *  - the output's own rounding: 2^-11 for f16 and 2^-8 for bf16, twice; f32 accumulation 2e-6;
+ *  - a logit of size S computed in f32 carries an error of about S * 2^-24 * sqrt(head_dim) which moves
+ *    the weights by that much relatively: 3e-8 * S * sqrt(D) covers it (measured: under a tenth of that). */
+double fd_tolerance(const fd_problem *pr) {
+    double base = pr->p.ot == FDEC_F32 ? 2e-6 : pr->p.ot == FDEC_F16 ? 1.0e-3 : 8.0e-3;
+    return base + 3e-8 * pr->max_logit * sqrt((double)pr->p.D);
+}
+
+double fd_out_error(const fd_problem *pr, const void *out, const double *ref) {
+    double e = 0;
+    size_t n = (size_t)pr->p.H * pr->p.D;
+    for (size_t i = 0; i < n; i++) {
+        double x = fdec_load_elem(out, i, pr->p.ot), d = fabs(x - ref[i]);
+        if (!(d <= e)) e = isnan(d) ? INFINITY : d; /* NaN or unwritten: fails */
+    }
+    return e;
+}
+
+double fd_lse_error(const fd_problem *pr, const float *lse, const double *ref) {
+    double e = 0;
+    for (uint32_t h = 0; h < pr->p.H; h++) {
+        double d = fabs((double)lse[h] - ref[h]) / (1.0 + fabs(ref[h]));
+        if (!(d <= e)) e = isnan(d) ? INFINITY : d;
+    }
+    return e;
+}
+
+double fd_kv_bytes(const fdec_problem *p) {
+    return 2.0 * ((double)p->seq_len - p->lo) * p->G * p->D * (double)fdec_dtype_size(p->kvt);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+double fd_median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* ---- random configurations (the test sweep and `flashdec verify`) ---- */
+
+static const uint32_t dims[] = {1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 80, 96, 100, 112, 127,
+                                128, 129, 160, 192, 255, 256, 257, 320, 384, 511, 512};
+
+static uint32_t rand_range(fd_rng *r, uint32_t lo, uint32_t hi) { return lo + (uint32_t)(fd_rand(r) % (hi - lo + 1)); }
+
+/* Draws a random configuration. Cost (H * D * attended positions) is bounded so the sweep stays fast. */
+void fd_random_config(fd_rng *r, fdec_layer *L, uint32_t *seq_len, fd_layout *layout) {
+    memset(L, 0, sizeof *L);
+    L->head_dim = dims[fd_rand(r) % (sizeof dims / sizeof dims[0])];
+    uint32_t R = rand_range(r, 1, 16), G = rand_range(r, 1, fd_rand(r) % 3 ? 4 : 8);
+    L->num_kv_heads = G;
+    L->num_q_heads = G * R;
+    L->q_dtype = (fdec_dtype)(fd_rand(r) % 3);
+    L->kv_dtype = (fdec_dtype)(fd_rand(r) % 3);
+    L->out_dtype = (fdec_dtype)(fd_rand(r) % 3);
+    uint32_t sc = (uint32_t)(fd_rand(r) % 10);
+    L->scale = sc < 5 ? 0.0f : sc < 7 ? 1.0f : (float)(0.01 + 0.5 * fd_uniform(r));
+    /* attended length: log-uniform up to 40000, capped by cost */
+    double budget = 3e6 / ((double)L->num_q_heads * L->head_dim);
+    uint32_t n = (uint32_t)exp(fd_uniform(r) * log(40000.0));
+    if (n < 1) n = 1;
+    if (n > budget) n = (uint32_t)budget + 1;
+    uint32_t kind = (uint32_t)(fd_rand(r) % 10);
+    if (kind < 4) { /* full attention */
+        *seq_len = n;
+    } else if (kind < 7) { /* window below, at or above seq_len */
+        L->window = n;
+        uint32_t w = (uint32_t)(fd_rand(r) % 3);
+        *seq_len = w == 0 ? n + rand_range(r, 1, 3 * n) : w == 1 ? n : (n > 1 ? rand_range(r, 1, n - 1) : 1);
+    } else { /* ring: wrapped many times, or only partly filled */
+        L->window = n;
+        L->ring_capacity = n + (fd_rand(r) % 2 ? 0 : rand_range(r, 1, n));
+        uint32_t w = (uint32_t)(fd_rand(r) % 4);
+        *seq_len = w == 0 ? rand_range(r, 1, L->ring_capacity)
+                 : w == 1 ? L->ring_capacity * rand_range(r, 2, 50) + rand_range(r, 0, L->ring_capacity)
+                 : w == 2 ? 4000000000u - rand_range(r, 0, 1000000)
+                          : rand_range(r, n, 1000000);
+    }
+    *layout = (fd_layout)(fd_rand(r) % FD_NUM_LAYOUTS);
+}
+
+/* ---- ceilings ---- */
+
+typedef struct {
+    const uint64_t *buf;
+    size_t n;
+    uint64_t sink;
+    pthread_barrier_t *bar;
+    double t0, t1;
+    int reps;
+} bw_arg;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 16 <= n; i += 16) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 4)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 8)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 12)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t o[4];
+    _mm256_storeu_si256((__m256i *)o, a0);
+    return o[0] + o[1] + o[2] + o[3];
+}
+#endif
+
+static uint64_t sum_plain(const uint64_t *p, size_t n) {
+    uint64_t a[8] = {0};
+    for (size_t i = 0; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) a[j] += p[i + j];
+    return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+static void *bw_thread(void *x) {
+    bw_arg *a = x;
+    int avx2 = 0;
+#if defined(__x86_64__)
+    avx2 = __builtin_cpu_supports("avx2");
+#endif
+    for (int r = 0; r < a->reps; r++) {
+        pthread_barrier_wait(a->bar);
+        double t0 = fd_now();
+#if defined(__x86_64__)
+        a->sink += avx2 ? sum_avx2(a->buf, a->n) : sum_plain(a->buf, a->n);
+#else
+        a->sink += sum_plain(a->buf, a->n);
+#endif
+        double t1 = fd_now();
+        pthread_barrier_wait(a->bar);
+        if (r == a->reps - 1) a->t0 = t0, a->t1 = t1;
+    }
+    return NULL;
+}
+
+double fd_read_bandwidth(size_t bytes, uint32_t threads) {
+    if (threads < 1) threads = 1;
+    uint64_t *buf = NULL;
+    if (posix_memalign((void **)&buf, 64, bytes)) return 0;
+    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i * 2654435761u; /* touch every page, not zeros */
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, threads);
+    bw_arg *a = calloc(threads, sizeof *a);
+    pthread_t *th = calloc(threads, sizeof *th);
+    size_t per = bytes / 8 / threads / 16 * 16;
+    double best = 0;
+    const int reps = 5;
+    for (uint32_t i = 0; i < threads; i++) {
+        a[i] = (bw_arg){buf + i * per, per, 0, &bar, 0, 0, reps};
+        if (i) pthread_create(&th[i], NULL, bw_thread, &a[i]);
+    }
+    /* this thread is thread 0 and also collects: each rep's time is first start to last finish */
+    int avx2 = 0;
+#if defined(__x86_64__)
+    avx2 = __builtin_cpu_supports("avx2");
+#endif
+    double times[16];
+    for (int r = 0; r < reps; r++) {
+        pthread_barrier_wait(&bar);
+        double t0 = fd_now();
+#if defined(__x86_64__)
+        a[0].sink += avx2 ? sum_avx2(a[0].buf, per) : sum_plain(a[0].buf, per);
+#else
+        a[0].sink += sum_plain(a[0].buf, per);
+#endif
+        pthread_barrier_wait(&bar);
+        times[r] = fd_now() - t0;
+    }
+    for (uint32_t i = 1; i < threads; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&bar);
+    best = (double)per * 8 * threads / fd_median(times, reps) / 1e9;
+    volatile uint64_t sink = 0;
+    for (uint32_t i = 0; i < threads; i++) sink += a[i].sink;
+    (void)sink;
+    free(a);
+    free(th);
+    free(buf);
+    return best;
+}
+
+typedef struct {
+    double gflops;
+} fma_arg;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static double fma_loop(long iters) {
+    __m256 acc[12], x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
+    double t0 = fd_now();
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+    double t = fd_now() - t0;
+    float s[8];
+    __m256 tot = acc[0];
+    for (int i = 1; i < 12; i++) tot = _mm256_add_ps(tot, acc[i]);
+    _mm256_storeu_ps(s, tot);
+    volatile float sink = s[0];
+    (void)sink;
+    return (double)iters * 12 * 8 * 2 / t / 1e9;
+}
+#endif
+
+static void *fma_thread(void *x) {
+    fma_arg *a = x;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        fma_loop(2000000); /* warm up the clocks */
+        a->gflops = fma_loop(20000000);
+        return NULL;
+    }
+#endif
+    a->gflops = 0;
+    return NULL;
+}
+
+double fd_fma_peak(uint32_t threads) {
+    if (threads < 1) threads = 1;
+    fma_arg *a = calloc(threads, sizeof *a);
+    pthread_t *th = calloc(threads, sizeof *th);
+    for (uint32_t i = 1; i < threads; i++) pthread_create(&th[i], NULL, fma_thread, &a[i]);
+    fma_thread(&a[0]);
+    double tot = a[0].gflops;
+    for (uint32_t i = 1; i < threads; i++) {
+        pthread_join(th[i], NULL);
+        tot += a[i].gflops;
+    }
+    free(a);
+    free(th);
+    return tot;
+}

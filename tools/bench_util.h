@@ -1,0 +1,64 @@
+/* bench_util.h — what the tool (tools/flashdec.c) and the test runner (tests/test_main.c) share: random
+ * problems with poisoned padding, the check against the float64 reference, timers and the machine's ceilings. */
+#ifndef FDEC_BENCH_UTIL_H
+#define FDEC_BENCH_UTIL_H
+
+#include "../src/internal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct { uint64_t s; } fd_rng;
+uint64_t fd_rand(fd_rng *r);
+double fd_uniform(fd_rng *r); /* [0, 1) */
+
+double fd_now(void); /* seconds, monotonic */
+
+/* Layouts the tests and the tool build. */
+typedef enum { FD_DENSE = 0, FD_POS_PADDED, FD_HEAD_MAJOR, FD_NUM_LAYOUTS } fd_layout;
+const char *fd_layout_name(fd_layout l);
+
+/* One problem with its host buffers. Every K/V element outside the attended vectors (other rows, padding) is
+ * NaN, so a kernel that reads where it should not produces NaN and fails the check. */
+typedef struct {
+    fdec_layer layer;
+    uint32_t seq_len;
+    fd_layout layout;
+    void *q, *k, *v;
+    size_t kv_elems; /* elements in each of k and v */
+    fdec_problem p;
+    double max_logit; /* largest |scale * q.k| over the attended range, set by fd_reference */
+} fd_problem;
+
+/* Draws a random valid configuration: head_dim from 1 to 512 (odd ones too), GQA ratio 1..16, every dtype,
+ * windows below/at/above seq_len, rings wrapped many times (seq_len up to 4e9), all layouts, scale 0, 1 or
+ * other. The attended work (heads x head_dim x positions) is capped at about 3e6 so a sweep stays quick. */
+void fd_random_config(fd_rng *r, fdec_layer *L, uint32_t *seq_len, fd_layout *layout);
+
+/* Allocates and fills the buffers. `amp` scales q (large amp -> large logits). Returns 0 on success. */
+int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, fd_layout layout, float amp,
+                    fd_rng *rng);
+void fd_problem_free(fd_problem *pr);
+
+/* The reference for a problem: out [H*D], lse [H], and pr->max_logit. */
+void fd_reference(fd_problem *pr, double *out, double *lse);
+
+/* Allowed error for an out dtype and the problem's logit size (see the test's comment). */
+double fd_tolerance(const fd_problem *pr);
+
+/* Largest |out - ref| (NaN/unwritten elements give +inf) and the largest lse error (lse may be NULL). */
+double fd_out_error(const fd_problem *pr, const void *out, const double *ref);
+double fd_lse_error(const fd_problem *pr, const float *lse, const double *ref_lse);
+
+/* The machine's ceilings, measured now: streaming-read bandwidth in GB/s over `bytes` with `threads` threads,
+ * and f32 FMA peak in GFLOP/s (2 flops per FMA) with `threads` threads. */
+double fd_read_bandwidth(size_t bytes, uint32_t threads);
+double fd_fma_peak(uint32_t threads);
+
+/* KV bytes a call reads: 2 * attended positions * kv heads * head_dim * element size. */
+double fd_kv_bytes(const fdec_problem *p);
+
+/* Median of n doubles (sorts in place). */
+double fd_median(double *x, int n);
+
+#endif

@@ -1,0 +1,482 @@
+/* flashdec — the command-line tool: demo, bench, verify, info.
+ *
+ *   flashdec demo                 the model presets at 1k..32k on the CPU, checked and timed
+ *   flashdec bench [options]      timing table against this machine's ceilings, optional JSON
+ *   flashdec verify [options]     random sweep against the float64 reference
+ *   flashdec info                 CPU features, chosen path, threads, measured ceilings
+ *
+ * Every subcommand takes --help. A wrong flag is a one-line error and exit code 2.
+ */
+#include "bench_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- presets ---- */
+
+typedef struct {
+    const char *name;
+    uint32_t D, H, G, window, ring;
+    float scale;
+} preset;
+
+static const preset presets[] = {
+    {"llama3-8b", 128, 32, 8, 0, 0, 0},
+    {"lfm2", 64, 32, 8, 0, 0, 0},
+    {"gemma4-sliding-full", 256, 16, 8, 0, 0, 1.0f}, /* the sliding layer's geometry run as full attention */
+    {"gemma4-full", 512, 16, 2, 0, 0, 1.0f},
+    {"gemma4-sliding", 256, 16, 8, 1024, 1024, 1.0f}, /* window 1024 in a ring of 1024 */
+};
+#define NPRESETS (int)(sizeof presets / sizeof presets[0])
+
+static const preset *find_preset(const char *name) {
+    for (int i = 0; i < NPRESETS; i++)
+        if (!strcmp(presets[i].name, name)) return &presets[i];
+    return NULL;
+}
+
+static int usage_error(const char *cmd, const char *fmt, const char *arg) {
+    fprintf(stderr, "flashdec %s: ", cmd);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see flashdec %s --help)\n", cmd);
+    return 2;
+}
+
+static int parse_dtype(const char *s, fdec_dtype *t) {
+    if (!strcmp(s, "f32")) *t = FDEC_F32;
+    else if (!strcmp(s, "f16")) *t = FDEC_F16;
+    else if (!strcmp(s, "bf16")) *t = FDEC_BF16;
+    else return -1;
+    return 0;
+}
+
+static const char *dtype_str(fdec_dtype t) { return t == FDEC_F32 ? "f32" : t == FDEC_F16 ? "f16" : "bf16"; }
+
+/* Parses "1024,4096,32k" into list; returns the count or -1. */
+static int parse_list(const char *s, uint32_t *list, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        double x = strtod(s, &end);
+        if (end == s || x < 0) return -1;
+        if (*end == 'k' || *end == 'K') x *= 1024, end++;
+        else if (*end == 'm' || *end == 'M') x *= 1048576, end++;
+        if (x > 4294967295.0) return -1;
+        list[n++] = (uint32_t)x;
+        if (*end == ',') end++;
+        else if (*end) return -1;
+        s = end;
+    }
+    return n;
+}
+
+/* ---- timing one case ---- */
+
+typedef struct {
+    const char *name;
+    uint32_t ctx_len, threads;
+    double us, gbs, floor_us, pct_floor, err, tol, bw, gflops;
+    fdec_dtype kvt;
+    uint32_t chunks;
+} result;
+
+typedef struct {
+    fdec_backend backend;
+    fdec_cpu_path path;
+    fdec_dtype qt, kvt, ot;
+    int reps;
+    int check;
+    size_t rotate_bytes; /* rotate among copies of the cache until this many bytes are covered */
+} bench_opts;
+
+/* Times `reps` calls of one case, each on a cache copy not read since the last round. */
+static int time_case(const preset *ps, uint32_t L, uint32_t threads, const bench_opts *bo, double bw, double gfl,
+                     result *res) {
+    fdec_layer layer;
+    memset(&layer, 0, sizeof layer);
+    layer.head_dim = ps->D;
+    layer.num_q_heads = ps->H;
+    layer.num_kv_heads = ps->G;
+    layer.window = ps->window;
+    layer.ring_capacity = ps->ring;
+    layer.scale = ps->scale;
+    layer.q_dtype = bo->qt;
+    layer.kv_dtype = bo->kvt;
+    layer.out_dtype = bo->ot;
+    fd_rng rng = {0xbe7c4 + L};
+    fd_problem pr;
+    if (fd_problem_make(&pr, &layer, L, FD_DENSE, 1.0f, &rng)) {
+        fprintf(stderr, "flashdec: cannot build %s at %u: %s\n", ps->name, L, fdec_last_error());
+        return -1;
+    }
+    fdec_options o = fdec_default_options();
+    o.threads = threads;
+    o.cpu_path = bo->path;
+    fdec_context *ctx;
+    if (fdec_context_create(bo->backend, &o, &ctx) != FDEC_OK) {
+        fprintf(stderr, "flashdec: %s\n", fdec_last_error());
+        fd_problem_free(&pr);
+        return -1;
+    }
+    const size_t H = pr.p.H, D = pr.p.D, kvb = pr.kv_elems * fdec_dtype_size(pr.p.kvt);
+    void *out = malloc(H * D * 4);
+    float *lse = malloc(H * 4);
+    /* copies of K/V so that each call reads memory the previous calls did not leave in the cache */
+    int ncopy = (int)((bo->rotate_bytes + 2 * kvb - 1) / (2 * kvb));
+    if (ncopy < 1) ncopy = 1;
+    if (ncopy > 256) ncopy = 256;
+    void **ks = calloc((size_t)ncopy, sizeof *ks), **vs = calloc((size_t)ncopy, sizeof *vs);
+    ks[0] = pr.k;
+    vs[0] = pr.v;
+    for (int i = 1; i < ncopy; i++) {
+        ks[i] = malloc(kvb);
+        vs[i] = malloc(kvb);
+        if (!ks[i] || !vs[i]) {
+            ncopy = i;
+            break;
+        }
+        memcpy(ks[i], pr.k, kvb);
+        memcpy(vs[i], pr.v, kvb);
+    }
+    res->err = 0;
+    res->tol = 0;
+    if (bo->check) {
+        double *ref = malloc(sizeof(double) * H * D), *rl = malloc(sizeof(double) * H);
+        fd_reference(&pr, ref, rl);
+        fdec_status st = fdec_decode(ctx, &layer, L, pr.q, pr.k, pr.v, out, lse);
+        res->err = st == FDEC_OK ? fd_out_error(&pr, out, ref) : INFINITY;
+        res->tol = fd_tolerance(&pr);
+        free(ref);
+        free(rl);
+    }
+    int reps = bo->reps < 1 ? 1 : bo->reps;
+    int calls = reps * ncopy < 20 ? 20 : reps * ncopy; /* at least 20 timed calls */
+    double *t = malloc(sizeof(double) * (size_t)calls);
+    for (int i = 0; i < ncopy; i++) fdec_decode(ctx, &layer, L, pr.q, ks[i], vs[i], out, NULL); /* warm up */
+    for (int i = 0; i < calls; i++) {
+        double t0 = fd_now();
+        fdec_decode(ctx, &layer, L, pr.q, ks[i % ncopy], vs[i % ncopy], out, NULL);
+        t[i] = fd_now() - t0;
+    }
+    double sec = fd_median(t, calls);
+    fdec_plan_info info;
+    fdec_plan(ctx, &layer, L, &info);
+    double bytes = fd_kv_bytes(&pr.p);
+    double flops = 4.0 * H * ((double)L - pr.p.lo) * D;
+    double floor_s = fmax(bytes / (bw * 1e9), gfl > 0 ? flops / (gfl * 1e9) : 0);
+    res->name = ps->name;
+    res->ctx_len = L;
+    res->threads = threads;
+    res->us = sec * 1e6;
+    res->gbs = bytes / sec / 1e9;
+    res->floor_us = floor_s * 1e6;
+    res->pct_floor = 100.0 * floor_s / sec;
+    res->bw = bw;
+    res->gflops = gfl;
+    res->kvt = bo->kvt;
+    res->chunks = info.num_chunks;
+    for (int i = 1; i < ncopy; i++) free(ks[i]), free(vs[i]);
+    free(ks);
+    free(vs);
+    free(t);
+    free(out);
+    free(lse);
+    fdec_context_destroy(ctx);
+    fd_problem_free(&pr);
+    return 0;
+}
+
+static void print_header(void) {
+    printf("%-20s %7s %3s %4s %10s %8s %10s %8s %6s %9s\n", "shape", "context", "thr", "kv", "us/call", "GB/s",
+           "floor us", "% floor", "chunks", "max err");
+}
+static void print_row(const result *r) {
+    printf("%-20s %7u %3u %4s %10.1f %8.2f %10.1f %7.1f%% %6u %9.2g%s\n", r->name, r->ctx_len, r->threads,
+           dtype_str(r->kvt), r->us, r->gbs, r->floor_us, r->pct_floor, r->chunks, r->err,
+           r->tol > 0 && !(r->err <= r->tol) ? " FAIL" : "");
+}
+
+static void write_json(const char *path, const result *r, int n, double bw1, double bw2, double gf) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "flashdec: cannot write %s\n", path);
+        return;
+    }
+    char host[128] = "";
+    gethostname(host, sizeof host - 1);
+    fprintf(f, "{\n  \"host\": \"%s\",\n  \"read_bandwidth_gbs\": %.3f,\n  \"read_bandwidth_1t_gbs\": %.3f,\n"
+               "  \"fma_peak_gflops\": %.2f,\n  \"cases\": [\n",
+            host, bw2, bw1, gf);
+    for (int i = 0; i < n; i++)
+        fprintf(f,
+                "    {\"shape\": \"%s\", \"context\": %u, \"threads\": %u, \"kv_dtype\": \"%s\", \"us\": %.3f, "
+                "\"gbs\": %.3f, \"floor_us\": %.3f, \"pct_floor\": %.2f, \"bw_ceiling_gbs\": %.3f, "
+                "\"fma_ceiling_gflops\": %.2f, \"chunks\": %u, \"max_err\": %.3g}%s\n",
+                r[i].name, r[i].ctx_len, r[i].threads, dtype_str(r[i].kvt), r[i].us, r[i].gbs, r[i].floor_us,
+                r[i].pct_floor, r[i].bw, r[i].gflops, r[i].chunks, r[i].err, i + 1 < n ? "," : "");
+    fprintf(f, "  ]\n}\n");
+    fclose(f);
+    printf("wrote %s\n", path);
+}
+
+/* Streaming-read bandwidth over a buffer far larger than the L3 (1 GiB). */
+#define BW_BYTES ((size_t)1 << 30)
+
+static long online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
+
+/* ---- bench ---- */
+
+static const char *bench_help =
+    "usage: flashdec bench [options]\n"
+    "  --preset NAME|all     llama3-8b, lfm2, gemma4-sliding-full, gemma4-full, gemma4-sliding (default all)\n"
+    "  --shape D,H,G         explicit head_dim, q heads, kv heads (instead of --preset)\n"
+    "  --window N            sliding window for --shape (0: full)\n"
+    "  --ring N              ring capacity for --shape (0: contiguous)\n"
+    "  --ctx LIST            context lengths, e.g. 1024,4096,32k (default 1024,4096,32768,131072)\n"
+    "  --threads LIST        thread counts (default: all online CPUs)\n"
+    "  --kv f16|bf16|f32     K/V dtype (default f16); --q, --out likewise for q and out (default f32)\n"
+    "  --backend cpu|cuda    (default cpu)\n"
+    "  --path auto|scalar|avx2|avx512   CPU kernel path (default auto)\n"
+    "  --reps N              timed rounds over the rotating caches (default 5; median reported)\n"
+    "  --no-check            skip the reference check (faster at long contexts)\n"
+    "  --json FILE           also write the results as JSON\n";
+
+static int cmd_bench(int argc, char **argv, int demo) {
+    uint32_t ctxs[32] = {1024, 4096, 32768, 131072}, thr[8] = {(uint32_t)online_cpus()};
+    int nctx = 4, nthr = 1;
+    const preset *sel[NPRESETS + 1];
+    int nsel = 0;
+    preset custom = {"custom", 0, 0, 0, 0, 0, 0};
+    bench_opts bo = {FDEC_BACKEND_CPU, FDEC_CPU_AUTO, FDEC_F32, FDEC_F16, FDEC_F32, 5, 1, (size_t)256 << 20};
+    const char *json = NULL, *cmd = demo ? "demo" : "bench";
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(demo ? "usage: flashdec demo\n  The Gemma 4 pair, LFM2 and Llama-3-8B at 1k..32k on the CPU: checked "
+                         "against the float64 reference and timed.\n"
+                       : bench_help,
+                  stdout);
+            return 0;
+        }
+        if (demo) return usage_error(cmd, "unknown option '%s'", a);
+        if (!strcmp(a, "--no-check")) { bo.check = 0; continue; }
+        if (!val) return usage_error(cmd, "option '%s' needs a value", a);
+        i++;
+        if (!strcmp(a, "--preset")) {
+            if (!strcmp(val, "all")) continue;
+            const preset *p = find_preset(val);
+            if (!p) return usage_error(cmd, "unknown preset '%s'", val);
+            if (nsel < NPRESETS) sel[nsel++] = p;
+        } else if (!strcmp(a, "--shape")) {
+            uint32_t v[3];
+            if (parse_list(val, v, 3) != 3) return usage_error(cmd, "--shape wants D,H,G, got '%s'", val);
+            custom.D = v[0], custom.H = v[1], custom.G = v[2];
+        } else if (!strcmp(a, "--window")) custom.window = (uint32_t)atol(val);
+        else if (!strcmp(a, "--ring")) custom.ring = (uint32_t)atol(val);
+        else if (!strcmp(a, "--ctx")) {
+            if ((nctx = parse_list(val, ctxs, 32)) < 1) return usage_error(cmd, "bad --ctx list '%s'", val);
+        } else if (!strcmp(a, "--threads")) {
+            if ((nthr = parse_list(val, thr, 8)) < 1) return usage_error(cmd, "bad --threads list '%s'", val);
+        } else if (!strcmp(a, "--kv")) {
+            if (parse_dtype(val, &bo.kvt)) return usage_error(cmd, "bad dtype '%s' (f32, f16, bf16)", val);
+        } else if (!strcmp(a, "--q")) {
+            if (parse_dtype(val, &bo.qt)) return usage_error(cmd, "bad dtype '%s' (f32, f16, bf16)", val);
+        } else if (!strcmp(a, "--out")) {
+            if (parse_dtype(val, &bo.ot)) return usage_error(cmd, "bad dtype '%s' (f32, f16, bf16)", val);
+        } else if (!strcmp(a, "--backend")) {
+            if (!strcmp(val, "cpu")) bo.backend = FDEC_BACKEND_CPU;
+            else if (!strcmp(val, "cuda")) bo.backend = FDEC_BACKEND_CUDA;
+            else return usage_error(cmd, "unknown backend '%s' (cpu, cuda)", val);
+        } else if (!strcmp(a, "--path")) {
+            if (!strcmp(val, "auto")) bo.path = FDEC_CPU_AUTO;
+            else if (!strcmp(val, "scalar")) bo.path = FDEC_CPU_SCALAR;
+            else if (!strcmp(val, "avx2")) bo.path = FDEC_CPU_AVX2;
+            else if (!strcmp(val, "avx512")) bo.path = FDEC_CPU_AVX512;
+            else return usage_error(cmd, "unknown path '%s' (auto, scalar, avx2, avx512)", val);
+        } else if (!strcmp(a, "--reps")) {
+            if ((bo.reps = atoi(val)) < 1) return usage_error(cmd, "--reps must be at least 1, got '%s'", val);
+        } else if (!strcmp(a, "--json")) json = val;
+        else return usage_error(cmd, "unknown option '%s'", a);
+    }
+    if (bo.backend == FDEC_BACKEND_CUDA) {
+        fprintf(stderr, "flashdec %s: the CUDA backend is timed by bench/gpu_run.sh on a GPU machine\n", cmd);
+        return 2;
+    }
+    if (custom.D) sel[nsel++] = &custom;
+    if (!nsel)
+        for (int i = 0; i < NPRESETS; i++) sel[nsel++] = &presets[i];
+    if (demo) {
+        static const uint32_t demo_ctx[] = {1024, 4096, 16384, 32768};
+        nctx = 4;
+        memcpy(ctxs, demo_ctx, sizeof demo_ctx);
+        bo.reps = 3;
+        sel[0] = find_preset("gemma4-sliding"), sel[1] = find_preset("gemma4-full"), sel[2] = find_preset("lfm2");
+        sel[3] = find_preset("llama3-8b");
+        nsel = 4;
+    }
+    fdec_context *probe;
+    fdec_options po = fdec_default_options();
+    po.cpu_path = bo.path;
+    if (fdec_context_create(FDEC_BACKEND_CPU, &po, &probe) != FDEC_OK) {
+        fprintf(stderr, "flashdec %s: %s\n", cmd, fdec_last_error());
+        return 1;
+    }
+    fdec_layer pl = {64, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+    fdec_plan_info pinfo;
+    fdec_plan(probe, &pl, 1, &pinfo);
+    printf("flashdec %s: CPU backend, path %s, %ld online CPUs\n", cmd, pinfo.path, online_cpus());
+    fdec_context_destroy(probe);
+    /* ceilings, measured in this run, per thread count */
+    double bw[8], gf[8];
+    for (int t = 0; t < nthr; t++) {
+        bw[t] = fd_read_bandwidth(BW_BYTES, thr[t]);
+        gf[t] = fd_fma_peak(thr[t]);
+        printf("ceilings with %u thread(s): streaming read %.1f GB/s (1 GiB buffer), f32 FMA peak %.0f GFLOP/s\n",
+               thr[t], bw[t], gf[t]);
+    }
+    print_header();
+    result *res = calloc((size_t)nsel * nctx * nthr, sizeof *res);
+    int nres = 0, bad = 0;
+    for (int s = 0; s < nsel; s++)
+        for (int c = 0; c < nctx; c++)
+            for (int t = 0; t < nthr; t++) {
+                if (time_case(sel[s], ctxs[c], thr[t], &bo, bw[t], gf[t], &res[nres]) == 0) {
+                    print_row(&res[nres]);
+                    bad += res[nres].tol > 0 && !(res[nres].err <= res[nres].tol);
+                    nres++;
+                } else bad++;
+                fflush(stdout);
+            }
+    if (json) write_json(json, res, nres, nthr > 1 ? bw[0] : 0, bw[nthr - 1], gf[nthr - 1]);
+    free(res);
+    if (bad) printf("%d case(s) FAILED the reference check\n", bad);
+    return bad ? 1 : 0;
+}
+
+/* ---- verify ---- */
+
+static int cmd_verify(int argc, char **argv) {
+    uint64_t seed = 1;
+    int configs = 500;
+    fdec_cpu_path path = FDEC_CPU_AUTO;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            puts("usage: flashdec verify [--seed N] [--configs N] [--path auto|scalar|avx2|avx512]\n"
+                 "  Random configurations (every dtype, head_dim 1..512, GQA 1..16, windows, rings, strided\n"
+                 "  layouts) against the float64 reference. Exit code 1 if any fails.");
+            return 0;
+        }
+        if (!val) return usage_error("verify", "unknown option or missing value '%s'", a);
+        i++;
+        if (!strcmp(a, "--seed")) seed = strtoull(val, NULL, 0);
+        else if (!strcmp(a, "--configs")) configs = atoi(val);
+        else if (!strcmp(a, "--path")) {
+            if (!strcmp(val, "scalar")) path = FDEC_CPU_SCALAR;
+            else if (!strcmp(val, "avx2")) path = FDEC_CPU_AVX2;
+            else if (!strcmp(val, "avx512")) path = FDEC_CPU_AVX512;
+            else if (strcmp(val, "auto")) return usage_error("verify", "unknown path '%s'", val);
+        } else return usage_error("verify", "unknown option '%s'", a);
+    }
+    fdec_options o = fdec_default_options();
+    o.cpu_path = path;
+    fdec_context *ctx;
+    if (fdec_context_create(FDEC_BACKEND_CPU, &o, &ctx) != FDEC_OK) {
+        fprintf(stderr, "flashdec verify: %s\n", fdec_last_error());
+        return 1;
+    }
+    fd_rng r = {seed};
+    int fails = 0;
+    double worst = 0;
+    for (int i = 0; i < configs; i++) {
+        fdec_layer L;
+        uint32_t n;
+        fd_layout lay;
+        fd_random_config(&r, &L, &n, &lay);
+        fd_problem pr;
+        if (fd_problem_make(&pr, &L, n, lay, 1.0f, &r)) {
+            fails++;
+            continue;
+        }
+        size_t HD = (size_t)pr.p.H * pr.p.D;
+        double *ref = malloc(HD * sizeof(double)), *rl = malloc(pr.p.H * sizeof(double));
+        void *out = malloc(HD * 4);
+        float *lse = malloc(pr.p.H * 4);
+        memset(out, 0xff, HD * 4);
+        fd_reference(&pr, ref, rl);
+        fdec_status st = fdec_decode(ctx, &pr.layer, n, pr.q, pr.k, pr.v, out, lse);
+        double e = st == FDEC_OK ? fd_out_error(&pr, out, ref) : INFINITY, tol = fd_tolerance(&pr);
+        double le = st == FDEC_OK ? fd_lse_error(&pr, lse, rl) : INFINITY;
+        if (!(e <= tol) || !(le <= 1e-5 + 1e-7 * pr.max_logit)) {
+            fails++;
+            printf("FAIL config %d: D=%u H=%u G=%u L=%u window=%u ring=%u layout=%s: err %.3g (tol %.3g) lse %.3g%s%s\n",
+                   i, L.head_dim, L.num_q_heads, L.num_kv_heads, n, L.window, L.ring_capacity, fd_layout_name(lay),
+                   e, tol, le, st ? ": " : "", st ? fdec_last_error() : "");
+        }
+        if (e / tol > worst) worst = e / tol;
+        free(ref), free(rl), free(out), free(lse);
+        fd_problem_free(&pr);
+    }
+    fdec_context_destroy(ctx);
+    printf("verify: %d configurations, seed %llu, %d failed, worst error %.2f of tolerance\n", configs,
+           (unsigned long long)seed, fails, worst);
+    return fails ? 1 : 0;
+}
+
+/* ---- info ---- */
+
+static int cmd_info(int argc, char **argv) {
+    if (argc > 0) {
+        if (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
+            puts("usage: flashdec info\n  CPU features, the kernel path chosen, threads, and the measured "
+                 "streaming-read bandwidth and FMA peak.");
+            return 0;
+        }
+        return usage_error("info", "unknown option '%s'", argv[0]);
+    }
+    unsigned f = fdec_cpu_features();
+    printf("flashdec %d.%d.%d\n", FDEC_VERSION_MAJOR, FDEC_VERSION_MINOR, FDEC_VERSION_PATCH);
+    printf("cpu paths available: scalar%s%s\n", (f >> FDEC_CPU_AVX2) & 1 ? " avx2" : "",
+           (f >> FDEC_CPU_AVX512) & 1 ? " avx512" : "");
+    fdec_context *ctx;
+    if (fdec_context_create(FDEC_BACKEND_CPU, NULL, &ctx) != FDEC_OK) {
+        fprintf(stderr, "flashdec info: %s\n", fdec_last_error());
+        return 1;
+    }
+    fdec_layer pl = {64, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+    fdec_plan_info pinfo;
+    fdec_plan(ctx, &pl, 1, &pinfo);
+    fdec_context_destroy(ctx);
+    long n = online_cpus();
+    printf("chosen path: %s (override with FDEC_CPU_PATH=scalar|avx2|avx512)\n", pinfo.path);
+    printf("threads: %ld (all online CPUs; fdec_options.threads sets it)\n", n);
+    printf("cuda backend: %s\n", fdec_backend_available(FDEC_BACKEND_CUDA) ? "compiled in" : "not compiled in");
+    for (long t = 1; t <= n && t <= 64; t = t == n ? n + 1 : (t * 2 > n ? n : t * 2))
+        printf("streaming read, %ld thread(s): %.1f GB/s; f32 FMA peak %.0f GFLOP/s\n", t,
+               fd_read_bandwidth(BW_BYTES, (uint32_t)t), fd_fma_peak((uint32_t)t));
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *help = "usage: flashdec <command> [options]\n"
+                       "  demo     the model presets at 1k..32k on the CPU, checked and timed (about a minute)\n"
+                       "  bench    timing table against this machine's ceilings (--help for options)\n"
+                       "  verify   random sweep against the float64 reference\n"
+                       "  info     CPU features, kernel path, threads, measured bandwidth\n";
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(help, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "demo")) return cmd_bench(argc - 2, argv + 2, 1);
+    if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2, 0);
+    if (!strcmp(argv[1], "verify")) return cmd_verify(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);
+    fprintf(stderr, "flashdec: unknown command '%s' (demo, bench, verify, info; see flashdec --help)\n", argv[1]);
+    return 2;
+}

@@ -244,6 +244,8 @@ static const char *bench_help =
     "  --backend cpu|cuda    (default cpu)\n"
     "  --path auto|scalar|avx2|avx512   CPU kernel path (default auto)\n"
     "  --reps N              timed rounds over the rotating caches (default 5; median reported)\n"
+    "  --rotate-mb N         rotate among cache copies covering N MiB (default 256: each call misses the\n"
+    "                        L3); 0 times one cache over and over (in-cache speed)\n"
     "  --no-check            skip the reference check (faster at long contexts)\n"
     "  --json FILE           also write the results as JSON\n";
 
@@ -301,6 +303,8 @@ static int cmd_bench(int argc, char **argv, int demo) {
             else return usage_error(cmd, "unknown path '%s' (auto, scalar, avx2, avx512)", val);
         } else if (!strcmp(a, "--reps")) {
             if ((bo.reps = atoi(val)) < 1) return usage_error(cmd, "--reps must be at least 1, got '%s'", val);
+        } else if (!strcmp(a, "--rotate-mb")) {
+            bo.rotate_bytes = (size_t)atol(val) << 20;
         } else if (!strcmp(a, "--json")) json = val;
         else return usage_error(cmd, "unknown option '%s'", a);
     }

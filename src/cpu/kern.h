@@ -22,38 +22,43 @@
 
 /* The padding row count of the score buffer. */
 #define NB FDEC_CPU_NB
+#ifndef FDEC_CPU_PF_BLOCKS
+#define FDEC_CPU_PF_BLOCKS 2
+#endif
 
 /* ---- 1. scores: sT[h][j] = dot(q[h], K[j]) for HT heads from h0, all j < nb ---- */
 ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const float *q, uint32_t Dp, float *sT,
                            const uint32_t D, const fdec_dtype T, const uint32_t HT) {
-    enum { PMAX = NACC };
-    const uint32_t P = NACC / HT > 0 ? NACC / HT : 1;
+    const uint32_t P = NACC / HT; /* HT divides NACC: P * HT == NACC accumulators, one transposed reduction */
     for (uint32_t j0 = 0; j0 < nb; j0 += P) {
-        V acc[PMAX][8];
-        const char *kr[PMAX];
+        V acc[NACC];
+        const char *kr[NACC];
         for (uint32_t p = 0; p < P; p++) {
             uint32_t j = j0 + p < nb ? j0 + p : nb - 1; /* past the end: recompute the last row, discarded */
             kr[p] = kb + (size_t)j * kstride;
-            for (uint32_t h = 0; h < HT; h++) acc[p][h] = vzero();
         }
+        for (uint32_t i = 0; i < NACC; i++) acc[i] = vzero();
         uint32_t d = 0;
         for (; d + VW <= D; d += VW) {
             V qv[8];
             for (uint32_t h = 0; h < HT; h++) qv[h] = vloadf(q + (size_t)h * Dp + d);
             for (uint32_t p = 0; p < P; p++) {
                 V kv = vload_kv(kr[p] + d * fdec_dtype_size(T), T);
-                for (uint32_t h = 0; h < HT; h++) acc[p][h] = vfma(kv, qv[h], acc[p][h]);
+                for (uint32_t h = 0; h < HT; h++) acc[h * P + p] = vfma(kv, qv[h], acc[h * P + p]);
             }
         }
         if (d < D) { /* q is zero-padded to Dp, so only K needs a short load */
             for (uint32_t p = 0; p < P; p++) {
                 V kv = vload_kv_n(kr[p] + d * fdec_dtype_size(T), D - d, T);
-                for (uint32_t h = 0; h < HT; h++) acc[p][h] = vfma(kv, vloadf(q + (size_t)h * Dp + d), acc[p][h]);
+                for (uint32_t h = 0; h < HT; h++)
+                    acc[h * P + p] = vfma(kv, vloadf(q + (size_t)h * Dp + d), acc[h * P + p]);
             }
         }
-        for (uint32_t p = 0; p < P; p++)
-            if (j0 + p < nb)
-                for (uint32_t h = 0; h < HT; h++) sT[(size_t)h * NB + j0 + p] = vhsum(acc[p][h]);
+        float sums[NACC];
+        vreduce_all(acc, sums);
+        const uint32_t np = nb - j0 < P ? nb - j0 : P;
+        for (uint32_t h = 0; h < HT; h++)
+            for (uint32_t p = 0; p < np; p++) sT[(size_t)h * NB + j0 + p] = sums[h * P + p];
     }
 }
 
@@ -128,12 +133,23 @@ ALWAYS_INLINE void pv_heads(const char *vb, size_t vstride, uint32_t nb, const f
         if (h0 + 1 <= (R)) { const uint32_t HT = 1; step; h0 += 1; }                                           \
     } while (0)
 
-/* One block of nb <= NB rows, one KV head: kb, vb point at row 0's vector. State for the R heads of g. */
-ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_t nb, const float *q,
-                         uint32_t R, uint32_t Dp, float *m, float *l, float *o, float *sT, const uint32_t D,
-                         const fdec_dtype T) {
+/* Asks for the nb rows of `bytes` bytes at p, p + stride, ... to be brought into L2. A dense cache walked one
+ * KV head at a time strides over the other heads' rows, which the hardware prefetchers do not follow; asking
+ * for the next block's rows while this one is computed keeps the memory busy (bench/NOTES.md). */
+ALWAYS_INLINE void prefetch_rows(const char *p, size_t stride, uint32_t nb, size_t bytes) {
+    for (uint32_t j = 0; j < nb; j++)
+        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + (size_t)j * stride + b, 0, 2);
+}
+
+/* One block of nb <= NB rows, one KV head: kb, vb point at row 0's vector; kn, vn at the next block's (same
+ * head), nn rows of them, to prefetch. State for the R heads of g. */
+ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_t nb, const char *kn,
+                         const char *vn, uint32_t nn, const float *q, uint32_t R, uint32_t Dp, float *m, float *l,
+                         float *o, float *sT, const uint32_t D, const fdec_dtype T) {
+    prefetch_rows(kn, rstride, nn, D * fdec_dtype_size(T));
     FOR_HEAD_TILES(R, h0, HT, qk_tile(kb, rstride, nb, q + (size_t)h0 * Dp, Dp, sT + (size_t)h0 * NB, D, T, HT));
     for (uint32_t h = 0; h < R; h++) softmax_step(sT + (size_t)h * NB, nb, m + h, l + h, o + (size_t)h * Dp, Dp);
+    prefetch_rows(vn, rstride, nn, D * fdec_dtype_size(T));
     FOR_HEAD_TILES(R, h0, HT, pv_heads(vb, rstride, nb, sT + (size_t)h0 * NB, o + (size_t)h0 * Dp, Dp, D, T, HT));
 }
 
@@ -146,18 +162,26 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
         l[h] = 0.0f;
         for (uint32_t d = 0; d < Dp; d++) o[(size_t)h * Dp + d] = 0.0f;
     }
+    /* block geometry: rows [row, row + nb) of positions [t, t + nb); a block never wraps around the ring */
+#define BLOCK_AT(t, row, nb)                                                                                    \
+    uint64_t row = a->ring ? (t) % a->ring : (t);                                                               \
+    uint64_t nb = t1 - (t) < NB ? t1 - (t) : NB;                                                                \
+    if (a->ring && a->ring - row < nb) nb = a->ring - row;
     for (uint64_t t = t0; t < t1;) {
-        uint64_t row = a->ring ? t % a->ring : t;
-        uint64_t nb = t1 - t < NB ? t1 - t : NB;
-        if (a->ring && a->ring - row < nb) nb = a->ring - row; /* a block never wraps */
+        BLOCK_AT(t, row, nb)
+        const uint64_t tp = t + nb + (FDEC_CPU_PF_BLOCKS - 1) * NB; /* the block to prefetch */
+        BLOCK_AT(tp, nrow, nnb)
+        if (tp >= t1) nnb = 0;
         const char *kb = (const char *)a->k + row * rstride, *vb = (const char *)a->v + row * rstride;
+        const char *kn = (const char *)a->k + nrow * rstride, *vn = (const char *)a->v + nrow * rstride;
         for (uint32_t g = 0; g < a->G; g++) {
             const size_t hq = (size_t)g * R;
-            block(kb + g * hstride, vb + g * hstride, rstride, (uint32_t)nb, a->q + hq * Dp, R, Dp, m + hq, l + hq,
-                  o + hq * Dp, sT, D, T);
+            block(kb + g * hstride, vb + g * hstride, rstride, (uint32_t)nb, kn + g * hstride, vn + g * hstride,
+                  (uint32_t)nnb, a->q + hq * Dp, R, Dp, m + hq, l + hq, o + hq * Dp, sT, D, T);
         }
         t += nb;
     }
+#undef BLOCK_AT
 }
 
 /* The specialised copies: head_dim x K/V type. */

@@ -7,6 +7,7 @@
  *   vzero, vset1, vloadf, vstoref, vfma(a,b,c)=a*b+c, vmul, vadd, vsub, vmax, vmin, vhsum, vhmax
  *   vload_kv(p, T)    VW elements of K/V type T at p, as f32
  *   vload_kv_n(p,n,T) the first n < VW elements, zeros after (never reads past p + n)
+ *   vreduce_all(a, o) o[i] = sum of the lanes of a[i] for the NACC vectors a[0..NACC)
  *   vexp(x)           e^x, relative error < 2e-7, NaN in gives NaN out
  */
 #ifndef FDEC_SIMD_H
@@ -91,6 +92,23 @@ ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
     if (T == FDEC_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+/* out[i] = sum of a[i]'s lanes for the 16 vectors a[0..15], by a transposing add tree: 45 shuffles and adds
+ * for 16 sums instead of 16 separate reductions of 8 steps. After the tree, lane 4q + k holds the sum of
+ * a[4k + q]; one permute puts them in order. */
+ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
+    V w[8], u[4], z[2];
+    for (int i = 0; i < 8; i++)
+        w[i] = vadd(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++)
+        u[i] = vadd(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int i = 0; i < 2; i++)
+        z[i] = vadd(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                    _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    V r = vadd(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, r));
+}
 ALWAYS_INLINE V vexp(V x) {
     x = vmax(vset1(EXP_LO), vmin(vset1(EXP_HI), x));
     V n = _mm512_roundscale_ps(vmul(x, vset1(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -145,6 +163,18 @@ ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
     for (uint32_t i = 0; i < n; i++) buf[i] = load1(p, i, T);
     return _mm256_loadu_ps(buf);
 }
+/* out[i] = sum of a[i]'s lanes for the 8 vectors a[0..7] (transposing add tree; lane 4h + k ends up holding
+ * the sum of a[2k + h]). */
+ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
+    V w[4], z[2];
+    for (int i = 0; i < 4; i++)
+        w[i] = vadd(_mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x20), _mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x31));
+    for (int i = 0; i < 2; i++)
+        z[i] = vadd(_mm256_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                    _mm256_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    V r = vadd(_mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
 ALWAYS_INLINE V vexp(V x) {
     x = vmax(vset1(EXP_LO), vmin(vset1(EXP_HI), x));
     V n = _mm256_round_ps(vmul(x, vset1(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -186,6 +216,9 @@ ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) { return load1(p, 0, T); }
 ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
     (void)p, (void)n, (void)T;
     return 0.0f; /* never called: VW == 1 has no tails */
+}
+ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
+    for (int i = 0; i < NACC; i++) out[i] = a[i];
 }
 ALWAYS_INLINE V vexp(V x) { return expf(x); }
 #endif

@@ -142,9 +142,29 @@ static void run_chunk(void *arg, uint32_t i, uint32_t n) {
              r->sT + (size_t)i * a->R * FDEC_CPU_NB);
 }
 
-/* Merges the nc partial states of each head (state.h) and writes out (converted) and lse. */
+/* dst[i] = src[i] * scale for n elements of type t (conversion loops with the type switch outside). */
+static void load_row(float *dst, const void *src, size_t n, fdec_dtype t, float scale) {
+    const uint16_t *h = src;
+    switch (t) {
+    case FDEC_F32: for (size_t i = 0; i < n; i++) dst[i] = ((const float *)src)[i] * scale; break;
+    case FDEC_F16: for (size_t i = 0; i < n; i++) dst[i] = fdec_f16_to_f32(h[i]) * scale; break;
+    default: for (size_t i = 0; i < n; i++) dst[i] = fdec_bf16_to_f32(h[i]) * scale; break;
+    }
+}
+
+static void store_row(void *dst, const float *src, size_t n, fdec_dtype t) {
+    uint16_t *h = dst;
+    switch (t) {
+    case FDEC_F32: memcpy(dst, src, n * sizeof(float)); break;
+    case FDEC_F16: for (size_t i = 0; i < n; i++) h[i] = fdec_f32_to_f16(src[i]); break;
+    default: for (size_t i = 0; i < n; i++) h[i] = fdec_f32_to_bf16(src[i]); break;
+    }
+}
+
+/* Merges the nc partial states of each head (state.h) and writes out (converted) and lse. The merged row is
+ * built in chunk 0's o, which is not needed afterwards. */
 static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *out, float *lse) {
-    const size_t Dp = padded_dim(p->D);
+    const size_t Dp = padded_dim(p->D), es = fdec_dtype_size(p->ot);
     for (uint32_t h = 0; h < p->H; h++) {
         float M = -INFINITY;
         for (uint32_t c = 0; c < nc; c++) {
@@ -157,12 +177,14 @@ static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *ou
             w[c] = fdec_state_weight(r->m[(size_t)c * p->H + h], M);
             L += w[c] * r->l[(size_t)c * p->H + h];
         }
+        float *acc = r->o + (size_t)h * Dp;
         const float inv = 1.0f / L;
-        for (uint32_t d = 0; d < p->D; d++) {
-            float acc = 0.0f;
-            for (uint32_t c = 0; c < nc; c++) acc += w[c] * r->o[((size_t)c * p->H + h) * Dp + d];
-            fdec_store_elem(out, (size_t)h * p->D + d, p->ot, acc * inv);
+        for (uint32_t d = 0; d < p->D; d++) acc[d] *= w[0] * inv;
+        for (uint32_t c = 1; c < nc; c++) {
+            const float *oc = r->o + ((size_t)c * p->H + h) * Dp, wc = w[c] * inv;
+            for (uint32_t d = 0; d < p->D; d++) acc[d] += wc * oc[d];
         }
+        store_row((char *)out + (size_t)h * p->D * es, acc, p->D, p->ot);
         if (lse) lse[h] = fdec_state_lse(M, L);
     }
 }
@@ -183,9 +205,11 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     char *base = c->scratch;
     const uint32_t Dp = padded_dim(p->D);
     float *qs = (float *)(base + L.q);
-    for (uint32_t h = 0; h < p->H; h++)
-        for (uint32_t d = 0; d < Dp; d++)
-            qs[(size_t)h * Dp + d] = d < p->D ? fdec_load_elem(q, (size_t)h * p->D + d, p->qt) * p->scale : 0.0f;
+    for (uint32_t h = 0; h < p->H; h++) {
+        load_row(qs + (size_t)h * Dp, (const char *)q + (size_t)h * p->D * fdec_dtype_size(p->qt), p->D, p->qt,
+                 p->scale);
+        for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
+    }
     fdec_cpu_args a = {p->D, Dp, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs};
     run_ctx r = {&a, c->chunk, s, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
                  (float *)(base + L.s)};

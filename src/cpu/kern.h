@@ -26,11 +26,20 @@
 #define FDEC_CPU_PF_BLOCKS 2
 #endif
 
+/* Asks for one row of `bytes` bytes to be brought into L2. A dense cache walked one KV head at a time strides
+ * over the other heads' rows, which the hardware prefetchers do not follow; asking for the next block's rows
+ * a few at a time while this block computes keeps the memory busy without stalling the core on a burst of
+ * misses (bench/NOTES.md). */
+ALWAYS_INLINE void prefetch_row(const char *p, size_t bytes) {
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
+}
+
 /* ---- 1. scores: sT[h][j] = dot(q[h], K[j]) for HT heads from h0, all j < nb ---- */
 ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const float *q, uint32_t Dp, float *sT,
-                           const uint32_t D, const fdec_dtype T, const uint32_t HT) {
+                           const char *kn, uint32_t nn, const uint32_t D, const fdec_dtype T, const uint32_t HT) {
     const uint32_t P = NACC / HT; /* HT divides NACC: P * HT == NACC accumulators, one transposed reduction */
     for (uint32_t j0 = 0; j0 < nb; j0 += P) {
+        for (uint32_t j = j0; j < j0 + P && j < nn; j++) prefetch_row(kn + (size_t)j * kstride, D * fdec_dtype_size(T));
         V acc[NACC];
         const char *kr[NACC];
         for (uint32_t p = 0; p < P; p++) {
@@ -87,13 +96,14 @@ ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float
 
 /* ---- 3. o[h][d0 .. d0 + DT*VW) += sum_j p[h][j] * V[j][...] for HT heads ---- */
 ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const float *sT, float *o, uint32_t Dp,
-                           uint32_t d0, const uint32_t D, const fdec_dtype T, const uint32_t HT,
-                           const uint32_t DT) {
+                           uint32_t d0, const char *vn, uint32_t nn, const uint32_t D, const fdec_dtype T,
+                           const uint32_t HT, const uint32_t DT) {
     V acc[8][8];
     for (uint32_t h = 0; h < HT; h++)
         for (uint32_t t = 0; t < DT; t++) acc[h][t] = vloadf(o + (size_t)h * Dp + d0 + t * VW);
     const size_t es = fdec_dtype_size(T);
     for (uint32_t j = 0; j < nb; j++) {
+        if (j < nn) prefetch_row(vn + (size_t)j * vstride, D * es);
         const char *vr = vb + (size_t)j * vstride + d0 * es;
         V vv[8];
         for (uint32_t t = 0; t < DT; t++)
@@ -110,12 +120,14 @@ ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const fl
 
 /* All d-vectors of HT heads, in register tiles of DT vectors (largest first). */
 ALWAYS_INLINE void pv_heads(const char *vb, size_t vstride, uint32_t nb, const float *sT, float *o, uint32_t Dp,
-                            const uint32_t D, const fdec_dtype T, const uint32_t HT) {
+                            const char *vn, uint32_t nn, const uint32_t D, const fdec_dtype T, const uint32_t HT) {
     const uint32_t nvec = (D + VW - 1) / VW;
     uint32_t i = 0;
+    /* the first tile also prefetches the next block's V rows */
 #define PV_TILES(DT)                                                                                            \
     if ((DT) * HT <= NACC || (DT) == 1)                                                                         \
-        for (; i + (DT) <= nvec; i += (DT)) pv_tile(vb, vstride, nb, sT, o, Dp, i * VW, D, T, HT, (DT));
+        for (; i + (DT) <= nvec; i += (DT))                                                                     \
+            pv_tile(vb, vstride, nb, sT, o, Dp, i * VW, vn, i == 0 ? nn : 0, D, T, HT, (DT));
     PV_TILES(8)
     PV_TILES(4)
     PV_TILES(2)
@@ -133,24 +145,17 @@ ALWAYS_INLINE void pv_heads(const char *vb, size_t vstride, uint32_t nb, const f
         if (h0 + 1 <= (R)) { const uint32_t HT = 1; step; h0 += 1; }                                           \
     } while (0)
 
-/* Asks for the nb rows of `bytes` bytes at p, p + stride, ... to be brought into L2. A dense cache walked one
- * KV head at a time strides over the other heads' rows, which the hardware prefetchers do not follow; asking
- * for the next block's rows while this one is computed keeps the memory busy (bench/NOTES.md). */
-ALWAYS_INLINE void prefetch_rows(const char *p, size_t stride, uint32_t nb, size_t bytes) {
-    for (uint32_t j = 0; j < nb; j++)
-        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + (size_t)j * stride + b, 0, 2);
-}
-
 /* One block of nb <= NB rows, one KV head: kb, vb point at row 0's vector; kn, vn at the next block's (same
- * head), nn rows of them, to prefetch. State for the R heads of g. */
+ * head), nn rows of them, which the first head tile asks for while it computes (see prefetch_row). State for
+ * the R heads of g. */
 ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_t nb, const char *kn,
                          const char *vn, uint32_t nn, const float *q, uint32_t R, uint32_t Dp, float *m, float *l,
                          float *o, float *sT, const uint32_t D, const fdec_dtype T) {
-    prefetch_rows(kn, rstride, nn, D * fdec_dtype_size(T));
-    FOR_HEAD_TILES(R, h0, HT, qk_tile(kb, rstride, nb, q + (size_t)h0 * Dp, Dp, sT + (size_t)h0 * NB, D, T, HT));
+    FOR_HEAD_TILES(R, h0, HT,
+                   qk_tile(kb, rstride, nb, q + (size_t)h0 * Dp, Dp, sT + (size_t)h0 * NB, kn, h0 ? 0 : nn, D, T, HT));
     for (uint32_t h = 0; h < R; h++) softmax_step(sT + (size_t)h * NB, nb, m + h, l + h, o + (size_t)h * Dp, Dp);
-    prefetch_rows(vn, rstride, nn, D * fdec_dtype_size(T));
-    FOR_HEAD_TILES(R, h0, HT, pv_heads(vb, rstride, nb, sT + (size_t)h0 * NB, o + (size_t)h0 * Dp, Dp, D, T, HT));
+    FOR_HEAD_TILES(R, h0, HT,
+                   pv_heads(vb, rstride, nb, sT + (size_t)h0 * NB, o + (size_t)h0 * Dp, Dp, vn, h0 ? 0 : nn, D, T, HT));
 }
 
 ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,

@@ -28,13 +28,17 @@ CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 NVFLAGS   := -O3 -std=c++17 -Xcompiler -fPIC -Iinclude -gencode arch=compute_80,code=sm_80 \
              -gencode arch=compute_90,code=sm_90 -lineinfo
 BASE      += -DFDEC_HAVE_CUDA
-LDLIBS    += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
+LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 else
 LIB_SRC   += src/cuda/none.c
 endif
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
-HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h)
+# Objects depend on the flags they were built with: a changed CC, CFLAGS or CUDA rebuilds everything.
+FLAGS_STAMP := $(BUILD)/flags.txt
+FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(NVFLAGS) CUDA=$(CUDA)
+$(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
+HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
 .PHONY: all lib test demo bench install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec

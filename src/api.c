@@ -4,10 +4,18 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+struct fdec_context {
+    fdec_backend backend;
+    const fdec_backend_ops *ops;
+    atomic_flag busy; /* one call at a time */
+    void *impl;       /* backend state */
+};
 
 static _Thread_local char err_buf[512];
 

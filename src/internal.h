@@ -5,14 +5,13 @@
 #include "flashdec.h"
 #include "state.h"
 
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* A validated call: every field checked, defaults resolved, strides in elements. */
 typedef struct {
     uint32_t D, H, G, R;    /* head_dim, q heads, kv heads, q heads per kv head */
-    float scale;            /* resolved (never 0 unless the caller asked for... it cannot be 0) */
+    float scale;            /* resolved: 0 became 1/sqrt(head_dim) */
     uint32_t seq_len;
     uint32_t lo;            /* first attended position */
     uint32_t ring;          /* 0 or ring capacity */
@@ -25,15 +24,6 @@ typedef struct {
     uint32_t lo, hi;        /* attended range */
     uint32_t num_chunks, chunk_len;
 } fdec_split;
-
-struct fdec_backend_ops;
-
-struct fdec_context {
-    fdec_backend backend;
-    const struct fdec_backend_ops *ops;
-    atomic_flag busy;      /* one call at a time */
-    void *impl;            /* backend state */
-};
 
 typedef struct fdec_backend_ops {
     void (*destroy)(void *impl);

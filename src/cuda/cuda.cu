@@ -1,0 +1,241 @@
+/* cuda.cu — the CUDA backend: device and stream, scratch, the split rule for the GPU, kernel choice and
+ * launches. The kernels are in kernels.cuh.
+ *
+ * A call launches two kernels on the context's stream (partial, combine) and nothing else: no allocation once
+ * the scratch is large enough (fdec_context_reserve, or the first call of the largest shape), no copy, no
+ * synchronisation, so it can be captured into a CUDA graph. */
+#include <cuda_runtime.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "../internal.h"
+}
+#include "kernels.cuh"
+
+/* Partial blocks per multiprocessor the split aims at: with 4 warps a block and up to about 200 registers a
+ * thread, two blocks fit on an SM; more chunks than that only add combine work (bench/NOTES.md). */
+#define BLOCKS_PER_SM 2
+/* Shortest chunk: below this a block's fixed costs (q load, merges, state write) outweigh its reads. */
+#define MIN_CHUNK 128
+/* Most chunks per head: bounds the scratch and the combine's loop. */
+#define MAX_CHUNKS 256
+
+typedef struct {
+    int device, sms;
+    cudaStream_t stream;
+    float *scratch;
+    size_t cap; /* bytes */
+} cuda_impl;
+
+static fdec_status cuda_err(cudaError_t e, const char *what) {
+    return fdec_set_error(FDEC_EBACKEND, "CUDA error in %s: %s (%s)", what, cudaGetErrorString(e),
+                          cudaGetErrorName(e));
+}
+
+/* ---- kernel choice ---- */
+
+typedef void (*partial_fn)(const fdec_cuda_params);
+
+template <typename KT, int D>
+static partial_fn pick_rt(int rt) {
+    switch (rt) {
+    case 1: return fdec_partial_kernel<KT, D, 1>;
+    case 2: return fdec_partial_kernel<KT, D, 2>;
+    case 4: return fdec_partial_kernel<KT, D, 4>;
+    default:
+        /* 8 heads x 16 elements a lane would need 256 registers for q and o alone */
+        if constexpr (fdec_shape<KT, D>::E >= 16) return fdec_partial_kernel<KT, D, 4>;
+        else return fdec_partial_kernel<KT, D, 8>;
+    }
+}
+
+template <typename KT>
+static partial_fn pick_d(uint32_t D, int fast, int rt) {
+    if (fast) switch (D) {
+        case 64: return pick_rt<KT, 64>(rt);
+        case 128: return pick_rt<KT, 128>(rt);
+        case 256: return pick_rt<KT, 256>(rt);
+        case 512: return pick_rt<KT, 512>(rt);
+        }
+    return pick_rt<KT, 0>(rt);
+}
+
+typedef struct {
+    partial_fn fn;
+    int rt, tiles, fast;
+    size_t smem;
+    fdec_split split;
+} launch_plan;
+
+/* Heads per block: the group size rounded up to a power of two, at most 8, or 4 where a lane holds 16
+ * elements (q and o for 8 heads would take 256 registers); larger groups take several head tiles, whose blocks
+ * read the same rows at about the same time, so the repeats come from L2. */
+static int heads_per_block(uint32_t R, int elems_per_lane) {
+    int cap = elems_per_lane >= 16 ? 4 : 8, rt = 1;
+    while (rt < (int)R && rt < cap) rt *= 2;
+    return rt;
+}
+
+static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t kaddr, uint64_t vaddr) {
+    launch_plan lp;
+    const size_t es = fdec_dtype_size(p->kvt);
+    const int dfast = p->D == 64 || p->D == 128 || p->D == 256 || p->D == 512;
+    lp.fast = dfast && (p->ps * es) % 16 == 0 && (p->hs * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
+    uint32_t vec = (uint32_t)(16 / es), lanes_per_row = p->D / vec < 32 ? p->D / vec : 32;
+    int elems = lp.fast ? (int)(p->D / lanes_per_row) : FDEC_MAX_HEAD_DIM / 32; /* as fdec_shape */
+    lp.rt = heads_per_block(p->R, elems);
+    lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
+    switch (p->kvt) {
+    case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt); break;
+    case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt); break;
+    default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt); break;
+    }
+    const uint32_t Dr = p->D;
+    lp.smem = (size_t)(2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * Dr) * sizeof(float);
+    /* split: enough blocks for BLOCKS_PER_SM on every SM */
+    uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
+    uint32_t lanes = (uint32_t)(c->sms * BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
+    lp.split = fdec_make_split(p, lanes, MIN_CHUNK, MAX_CHUNKS);
+    return lp;
+}
+
+static size_t scratch_bytes(const fdec_problem *p, uint32_t nc) {
+    return (size_t)p->H * nc * (2 + (size_t)p->D) * sizeof(float);
+}
+
+/* ---- backend ops ---- */
+
+static fdec_status ensure_scratch(cuda_impl *c, size_t bytes) {
+    if (bytes <= c->cap) return FDEC_OK;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(c->stream, &cs);
+    if (cs != cudaStreamCaptureStatusNone)
+        return fdec_set_error(FDEC_EINVAL, "the call needs %zu bytes of scratch but the context has %zu, and the "
+                                           "stream is being captured: call fdec_context_reserve before capture",
+                              bytes, c->cap);
+    float *s = NULL;
+    cudaError_t e = cudaMalloc((void **)&s, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return fdec_set_error(FDEC_ENOMEM, "cudaMalloc of %zu bytes of scratch failed: %s", bytes,
+                              cudaGetErrorString(e));
+    }
+    if (c->scratch) cudaFree(c->scratch);
+    c->scratch = s;
+    c->cap = bytes;
+    return FDEC_OK;
+}
+
+static fdec_status cuda_reserve(void *impl, const fdec_problem *p) {
+    cuda_impl *c = (cuda_impl *)impl;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
+    launch_plan lp = make_plan(c, p, 0, 0);
+    /* the split does not depend on alignment, only the kernel does */
+    return ensure_scratch(c, scratch_bytes(p, lp.split.num_chunks));
+}
+
+static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
+                               void *out, float *lse) {
+    cuda_impl *c = (cuda_impl *)impl;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
+    launch_plan lp = make_plan(c, p, (uint64_t)(uintptr_t)k, (uint64_t)(uintptr_t)v);
+    const uint32_t nc = lp.split.num_chunks;
+    fdec_status st = ensure_scratch(c, scratch_bytes(p, nc));
+    if (st) return st;
+    fdec_cuda_params prm;
+    memset(&prm, 0, sizeof prm);
+    prm.q = q, prm.k = k, prm.v = v, prm.out = out, prm.lse = lse;
+    prm.part_m = c->scratch;
+    prm.part_l = prm.part_m + (size_t)p->H * nc;
+    prm.part_o = prm.part_l + (size_t)p->H * nc;
+    prm.D = p->D, prm.H = p->H, prm.G = p->G, prm.R = p->R;
+    prm.lo = lp.split.lo, prm.hi = lp.split.hi, prm.ring = p->ring, prm.ring_lo = p->ring ? p->lo % p->ring : 0;
+    prm.nc = nc, prm.chunk_len = lp.split.chunk_len;
+    prm.ps = p->ps, prm.hs = p->hs;
+    prm.scale_log2 = p->scale * 1.4426950408889634f;
+    prm.qt = (int)p->qt, prm.ot = (int)p->ot;
+    if (lp.smem > 48 * 1024) {
+        e = cudaFuncSetAttribute((const void *)lp.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lp.smem);
+        if (e != cudaSuccess) return cuda_err(e, "cudaFuncSetAttribute");
+    }
+    dim3 grid((unsigned)lp.tiles, nc, p->G);
+    lp.fn<<<grid, FDEC_CUDA_WARPS * 32, lp.smem, c->stream>>>(prm);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the partial kernel's launch");
+    fdec_combine_kernel<<<p->H, 128, nc * sizeof(float), c->stream>>>(prm);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the combine kernel's launch");
+    return FDEC_OK;
+}
+
+static void cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
+    cuda_impl *c = (cuda_impl *)impl;
+    launch_plan lp = make_plan(c, p, 0, 0);
+    info->kv_start = lp.split.lo;
+    info->kv_end = lp.split.hi;
+    info->num_chunks = lp.split.num_chunks;
+    info->chunk_len = lp.split.chunk_len;
+    info->grouped = 1;
+    info->scratch_bytes = scratch_bytes(p, lp.split.num_chunks);
+    info->path = lp.fast ? "cuda-vec16" : "cuda-generic";
+}
+
+static fdec_status check_one(const char *name, const void *ptr) {
+    if (!ptr) return FDEC_OK;
+    cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, ptr);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return fdec_set_error(FDEC_EINVAL, "%s (%p) is not a pointer CUDA knows: %s", name, ptr, cudaGetErrorString(e));
+    }
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+        return fdec_set_error(FDEC_EINVAL, "%s (%p) is a host pointer; the CUDA backend needs device memory", name,
+                              ptr);
+    return FDEC_OK;
+}
+
+static fdec_status cuda_check_ptrs(void *impl, const void *q, const void *k, const void *v, const void *out,
+                                   const float *lse) {
+    (void)impl;
+    fdec_status st;
+    if ((st = check_one("q", q)) || (st = check_one("k", k)) || (st = check_one("v", v)) ||
+        (st = check_one("out", out)) || (st = check_one("lse", lse)))
+        return st;
+    return FDEC_OK;
+}
+
+static void cuda_destroy(void *impl) {
+    cuda_impl *c = (cuda_impl *)impl;
+    if (c->scratch) {
+        cudaSetDevice(c->device);
+        cudaFree(c->scratch);
+    }
+    free(c);
+}
+
+static const fdec_backend_ops cuda_ops = {cuda_destroy, cuda_reserve, cuda_decode, cuda_plan, cuda_check_ptrs};
+
+extern "C" fdec_status fdec_cuda_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return fdec_set_error(FDEC_EUNSUPPORTED, "no CUDA device is available%s%s", e != cudaSuccess ? ": " : "",
+                              e != cudaSuccess ? cudaGetErrorString(e) : "");
+    }
+    if (o->cuda_device < 0 || o->cuda_device >= n)
+        return fdec_set_error(FDEC_EINVAL, "cuda_device (%d) must be in 0..%d", o->cuda_device, n - 1);
+    int sms = 0;
+    if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, o->cuda_device)) != cudaSuccess)
+        return cuda_err(e, "cudaDeviceGetAttribute");
+    cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
+    if (!c) return fdec_set_error(FDEC_ENOMEM, "out of memory creating the CUDA backend");
+    c->device = o->cuda_device;
+    c->sms = sms;
+    c->stream = (cudaStream_t)o->cuda_stream;
+    *impl = c;
+    *ops = &cuda_ops;
+    return FDEC_OK;
+}

@@ -25,9 +25,9 @@ ifeq ($(CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC)))
 CU_SRC    := $(wildcard src/cuda/*.cu)
 CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
-NVFLAGS   := -O3 -std=c++17 -Xcompiler -fPIC -Iinclude -gencode arch=compute_80,code=sm_80 \
-             -gencode arch=compute_90,code=sm_90 -lineinfo
-BASE      += -DFDEC_HAVE_CUDA
+CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+NVFLAGS   := -O3 -std=c++17 -Xcompiler -fPIC -Iinclude $(CUDA_GENCODE) -lineinfo
+BASE      += -DFDEC_HAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 else
 LIB_SRC   += src/cuda/none.c
@@ -40,7 +40,7 @@ FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib test demo bench install clean
+.PHONY: all lib test test-cuda demo bench install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/simd.h $(HDRS)
@@ -62,10 +62,12 @@ $(BUILD)/libflashdec.a: $(LIB_OBJ)
 $(BUILD)/libflashdec.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,libflashdec.so.0
 
-$(BUILD)/flashdec: $(BUILD)/tools/flashdec.o $(BUILD)/tools/bench_util.o $(BUILD)/libflashdec.a
+TOOL_OBJ := $(BUILD)/tools/bench_util.o $(BUILD)/tools/devmem.o
+
+$(BUILD)/flashdec: $(BUILD)/tools/flashdec.o $(TOOL_OBJ) $(BUILD)/libflashdec.a
 	$(CC) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/run_tests: $(BUILD)/tests/test_main.o $(BUILD)/tools/bench_util.o $(BUILD)/libflashdec.a
+$(BUILD)/tests/run_tests: $(BUILD)/tests/test_main.o $(TOOL_OBJ) $(BUILD)/libflashdec.a
 	$(CC) -o $@ $^ $(LDLIBS)
 
 # The README's C example, cut out of README.md, compiled against the built library and run.
@@ -78,6 +80,15 @@ $(BUILD)/readme_example: $(BUILD)/readme_example.c $(BUILD)/libflashdec.a
 
 test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example
 	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example
+
+# The same suite on the CUDA backend (needs an NVIDIA GPU; prints a skip line without one), then
+# compute-sanitizer memcheck and racecheck over a subset when the tool is there.
+test-cuda: all $(BUILD)/tests/run_tests
+	./$(BUILD)/tests/run_tests --cuda
+	@if command -v compute-sanitizer >/dev/null && ./$(BUILD)/flashdec info | grep -q 'cuda device'; then \
+	  compute-sanitizer --tool memcheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 40 && \
+	  compute-sanitizer --tool racecheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 20; \
+	else echo "compute-sanitizer: skipped (no tool or no CUDA device)"; fi
 
 demo: all
 	./$(BUILD)/flashdec demo

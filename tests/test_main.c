@@ -2,9 +2,13 @@
  * fresh random inputs; outputs are poisoned first and guarded on both sides; K/V outside the attended range
  * is NaN, so a read out of range shows. The last line is "N passed, N failed".
  *
- *   build/tests/run_tests [--seed N] [--configs N] [--readme-example PATH] [--quick]
+ * With --cuda every context is a CUDA one and inputs and outputs live on the device (make test-cuda); the
+ * same checks run, plus CUDA graph capture and replay.
+ *
+ *   build/tests/run_tests [--cuda] [--seed N] [--configs N] [--readme-example PATH] [--quick]
  */
 #include "../tools/bench_util.h"
+#include "../tools/devmem.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -14,6 +18,7 @@
 #include <string.h>
 
 static int n_pass, n_fail;
+static int g_cuda; /* --cuda: the backend under test is CUDA */
 
 static void check(int ok, const char *fmt, ...) {
     if (ok) {
@@ -74,14 +79,59 @@ static char *describe(const fd_problem *pr, char *buf, size_t n) {
     return buf;
 }
 
+/* A problem's inputs where the backend reads them: the host buffers, or device copies under --cuda. */
+typedef struct {
+    const void *q, *k, *v;
+    void *dq, *dk, *dv; /* device copies to free */
+} inputs;
+
+static int inputs_make(inputs *in, const fd_problem *pr) {
+    memset(in, 0, sizeof *in);
+    if (!g_cuda) {
+        in->q = pr->q, in->k = pr->k, in->v = pr->v;
+        return 0;
+    }
+    size_t qb = (size_t)pr->p.H * pr->p.D * fdec_dtype_size(pr->p.qt), kb = pr->kv_elems * fdec_dtype_size(pr->p.kvt);
+    in->dq = fd_dev_alloc(qb), in->dk = fd_dev_alloc(kb), in->dv = fd_dev_alloc(kb);
+    if (!in->dq || !in->dk || !in->dv || fd_h2d(in->dq, pr->q, qb) || fd_h2d(in->dk, pr->k, kb) ||
+        fd_h2d(in->dv, pr->v, kb))
+        return -1;
+    in->q = in->dq, in->k = in->dk, in->v = in->dv;
+    return 0;
+}
+
+static void inputs_free(inputs *in) {
+    fd_dev_free(in->dq);
+    fd_dev_free(in->dk);
+    fd_dev_free(in->dv);
+}
+
+/* Poisons b, runs the decode (on the device under --cuda, with the guards and poison copied there and the
+ * whole guarded region copied back) and leaves the result in b. */
+static fdec_status decode_into(fdec_context *ctx, const fd_problem *pr, const inputs *in, outbuf *b, int with_lse) {
+    outbuf_poison(b);
+    if (!g_cuda)
+        return fdec_decode(ctx, &pr->layer, pr->seq_len, in->q, in->k, in->v, b->out, with_lse ? b->lse : NULL);
+    size_t ob = b->out_bytes + 2 * GUARD, lb = b->lse_bytes + 2 * GUARD;
+    unsigned char *dout = fd_dev_alloc(ob), *dlse = fd_dev_alloc(lb);
+    fdec_status st = FDEC_EBACKEND;
+    if (dout && dlse && !fd_h2d(dout, b->out_raw, ob) && !fd_h2d(dlse, b->lse_raw, lb)) {
+        st = fdec_decode(ctx, &pr->layer, pr->seq_len, in->q, in->k, in->v, dout + GUARD,
+                         with_lse ? (float *)(dlse + GUARD) : NULL);
+        if (fd_dev_sync() || fd_d2h(b->out_raw, dout, ob) || fd_d2h(b->lse_raw, dlse, lb)) st = FDEC_EBACKEND;
+    }
+    fd_dev_free(dout);
+    fd_dev_free(dlse);
+    return st;
+}
+
 /* Runs ctx on pr and checks against the reference (ref/ref_lse). Returns the error. */
-static double run_and_check(fdec_context *ctx, const char *who, fd_problem *pr, const double *ref,
+static double run_and_check(fdec_context *ctx, const char *who, fd_problem *pr, const inputs *in, const double *ref,
                             const double *ref_lse, int with_lse) {
     outbuf b;
     outbuf_init(&b, &pr->p);
-    outbuf_poison(&b);
     char desc[256];
-    fdec_status st = fdec_decode(ctx, &pr->layer, pr->seq_len, pr->q, pr->k, pr->v, b.out, with_lse ? b.lse : NULL);
+    fdec_status st = decode_into(ctx, pr, in, &b, with_lse);
     double err = INFINITY, tol = fd_tolerance(pr);
     if (st != FDEC_OK) {
         check(0, "%s: %s: status %s: %s", who, describe(pr, desc, sizeof desc), fdec_status_string(st),
@@ -105,8 +155,23 @@ typedef struct {
     char name[32];
 } path_ctx;
 
+static void *g_stream; /* a non-default stream for one of the CUDA contexts */
+
 static int make_path_contexts(path_ctx *pc) {
     int n = 0;
+    if (g_cuda) { /* the default stream and a stream of our own */
+        for (int i = 0; i < 2; i++) {
+            fdec_options o = fdec_default_options();
+            o.cuda_stream = i ? g_stream : NULL;
+            if (fdec_context_create(FDEC_BACKEND_CUDA, &o, &pc[n].ctx) != FDEC_OK) {
+                check(0, "create CUDA context: %s", fdec_last_error());
+                continue;
+            }
+            snprintf(pc[n].name, sizeof pc[n].name, "cuda/%s", i ? "stream" : "default-stream");
+            n++;
+        }
+        return n;
+    }
     unsigned f = fdec_cpu_features();
     for (int path = FDEC_CPU_SCALAR; path <= FDEC_CPU_AVX512; path++) {
         if (!((f >> path) & 1)) {
@@ -150,10 +215,14 @@ static void test_sweep(path_ctx *pc, int npc, int configs, uint64_t seed) {
         }
         double *ref = malloc(sizeof(double) * pr.p.H * pr.p.D), *ref_lse = malloc(sizeof(double) * pr.p.H);
         fd_reference(&pr, ref, ref_lse);
-        for (int c = 0; c < npc; c++) {
-            double e = run_and_check(pc[c].ctx, pc[c].name, &pr, ref, ref_lse, (int)(fd_rand(&r) % 5) != 0);
-            if (e / fd_tolerance(&pr) > worst) worst = e / fd_tolerance(&pr);
-        }
+        inputs in;
+        if (inputs_make(&in, &pr)) check(0, "sweep config %d: inputs could not be copied to the device", i);
+        else
+            for (int c = 0; c < npc; c++) {
+                double e = run_and_check(pc[c].ctx, pc[c].name, &pr, &in, ref, ref_lse, (int)(fd_rand(&r) % 5) != 0);
+                if (e / fd_tolerance(&pr) > worst) worst = e / fd_tolerance(&pr);
+            }
+        inputs_free(&in);
         free(ref);
         free(ref_lse);
         fd_problem_free(&pr);
@@ -175,10 +244,14 @@ static void one_case(path_ctx *pc, int npc, const char *name, fdec_layer L, uint
     double *ref = malloc(sizeof(double) * pr.p.H * pr.p.D), *ref_lse = malloc(sizeof(double) * pr.p.H);
     fd_reference(&pr, ref, ref_lse);
     double worst = 0;
-    for (int c = 0; c < npc; c++) {
-        double e = run_and_check(pc[c].ctx, pc[c].name, &pr, ref, ref_lse, 1);
-        if (e > worst) worst = e;
-    }
+    inputs in;
+    if (inputs_make(&in, &pr)) check(0, "%s: inputs could not be copied to the device", name);
+    else
+        for (int c = 0; c < npc; c++) {
+            double e = run_and_check(pc[c].ctx, pc[c].name, &pr, &in, ref, ref_lse, 1);
+            if (e > worst) worst = e;
+        }
+    inputs_free(&in);
     printf("%-40s worst error %.3g (tol %.3g)\n", name, worst, fd_tolerance(&pr));
     free(ref);
     free(ref_lse);
@@ -219,11 +292,12 @@ static void test_numerics(path_ctx *pc, int npc) {
     fdec_layer L = layer_of(33, 6, 3, 1, 0, FDEC_F32, 0);
     fd_problem pr;
     fd_problem_make(&pr, &L, 77, FD_DENSE, 1.0f, &r);
+    inputs in;
+    inputs_make(&in, &pr);
     for (int c = 0; c < npc; c++) {
         outbuf b;
         outbuf_init(&b, &pr.p);
-        outbuf_poison(&b);
-        fdec_status st = fdec_decode(pc[c].ctx, &pr.layer, 77, pr.q, pr.k, pr.v, b.out, b.lse);
+        fdec_status st = decode_into(pc[c].ctx, &pr, &in, &b, 1);
         int ok = st == FDEC_OK;
         for (uint32_t h = 0; ok && h < 6; h++)
             for (uint32_t d = 0; d < 33; d++)
@@ -231,6 +305,7 @@ static void test_numerics(path_ctx *pc, int npc) {
         check(ok, "%s: window 1 must return V of the last position exactly", pc[c].name);
         outbuf_free(&b);
     }
+    inputs_free(&in);
     fd_problem_free(&pr);
 }
 
@@ -240,14 +315,14 @@ typedef struct {
     const char *what;
     fdec_layer L;
     uint32_t seq_len;
-    int null_arg; /* 0 none, 1 q, 2 k, 3 v, 4 out, 5 ctx, 6 layer, 7 misaligned k */
+    int null_arg; /* 0 none, 1 q, 2 k, 3 v, 4 out, 5 ctx, 6 layer, 7 misaligned k, 8 host k (CUDA) */
     fdec_status want;
     const char *msg; /* substring the message must contain */
 } bad_case;
 
 static void test_bad_input(void) {
     fdec_context *ctx;
-    if (fdec_context_create(FDEC_BACKEND_CPU, NULL, &ctx) != FDEC_OK) {
+    if (fdec_context_create(g_cuda ? FDEC_BACKEND_CUDA : FDEC_BACKEND_CPU, NULL, &ctx) != FDEC_OK) {
         check(0, "create default context: %s", fdec_last_error());
         return;
     }
@@ -293,18 +368,27 @@ static void test_bad_input(void) {
     BAD("NULL ctx", (void)0, 10, 5, FDEC_EINVAL, "ctx must not be NULL");
     BAD("NULL layer", (void)0, 10, 6, FDEC_EINVAL, "layer must not be NULL");
     BAD("misaligned k", (void)0, 10, 7, FDEC_EINVAL, "aligned");
+    if (g_cuda) BAD("host pointer for k", (void)0, 10, 8, FDEC_EINVAL, "k (");
 #undef BAD
-    /* buffers big enough for the good layer at seq_len 10 */
+    /* buffers big enough for the good layer at seq_len 10; on CUDA q, k, v (and the good call's out) are on the
+     * device, and out / lse of the table stay on the host, where "untouched" is checked */
     uint16_t *q = calloc(8 * 64 + 1, 2), *k = calloc(10 * 2 * 64 + 1, 2), *v = calloc(10 * 2 * 64, 2);
+    void *dq = q, *dk = k, *dv = v, *dout = NULL;
     unsigned char out[8 * 64 * 4], lse[8 * 4];
+    if (g_cuda) {
+        dq = fd_dev_alloc(8 * 64 * 2 + 16), dk = fd_dev_alloc(10 * 2 * 64 * 2 + 16), dv = fd_dev_alloc(10 * 2 * 64 * 2);
+        dout = fd_dev_alloc(sizeof out + sizeof lse);
+        fd_h2d(dq, q, 8 * 64 * 2), fd_h2d(dk, k, 10 * 2 * 64 * 2), fd_h2d(dv, v, 10 * 2 * 64 * 2);
+    }
     for (int i = 0; i < n; i++) {
         bad_case *bc = &cases[i];
         memset(out, 0x5a, sizeof out);
         memset(lse, 0x5a, sizeof lse);
-        const void *qa = bc->null_arg == 1 ? NULL : q, *ka = bc->null_arg == 2 ? NULL : k;
-        if (bc->null_arg == 7) ka = (const char *)k + 1;
+        const void *qa = bc->null_arg == 1 ? NULL : dq, *ka = bc->null_arg == 2 ? NULL : dk;
+        if (bc->null_arg == 7) ka = (const char *)dk + 1;
+        if (bc->null_arg == 8) ka = k;
         fdec_status st = fdec_decode(bc->null_arg == 5 ? NULL : ctx, bc->null_arg == 6 ? NULL : &bc->L, bc->seq_len,
-                                     qa, ka, bc->null_arg == 3 ? NULL : v, bc->null_arg == 4 ? NULL : out,
+                                     qa, ka, bc->null_arg == 3 ? NULL : dv, bc->null_arg == 4 ? NULL : out,
                                      (float *)lse);
         int untouched = 1;
         for (size_t j = 0; j < sizeof out; j++) untouched &= out[j] == 0x5a;
@@ -320,8 +404,11 @@ static void test_bad_input(void) {
         }
     }
     /* a good call on the same buffers works, so the table above failed for the stated reason */
-    check(fdec_decode(ctx, &good, 10, q, k, v, out, (float *)lse) == FDEC_OK, "good call after the bad ones: %s",
-          fdec_last_error());
+    void *gout = g_cuda ? dout : (void *)out;
+    float *glse = g_cuda ? (float *)((char *)dout + sizeof out) : (float *)lse;
+    check(fdec_decode(ctx, &good, 10, dq, dk, dv, gout, glse) == FDEC_OK && (!g_cuda || !fd_dev_sync()),
+          "good call after the bad ones: %s", fdec_last_error());
+    if (g_cuda) fd_dev_free(dq), fd_dev_free(dk), fd_dev_free(dv), fd_dev_free(dout);
     /* context creation errors */
     fdec_context *c2 = (fdec_context *)1;
     check(fdec_context_create((fdec_backend)9, NULL, &c2) == FDEC_EINVAL && c2 == NULL &&
@@ -455,6 +542,92 @@ static void test_concurrency(void) {
     fd_problem_free(&pr);
 }
 
+/* ---- CUDA: determinism, graph capture and replay ---- */
+
+typedef struct {
+    fdec_context *ctx;
+    const fd_problem *pr;
+    const inputs *in;
+    void *out;
+    float *lse;
+    fdec_status st;
+} graph_arg;
+
+static void graph_call(void *x, int i) {
+    (void)i;
+    graph_arg *a = x;
+    a->st = fdec_decode(a->ctx, &a->pr->layer, a->pr->seq_len, a->in->q, a->in->k, a->in->v, a->out, a->lse);
+}
+
+static void test_cuda_graph(void) {
+    fd_rng r = {51};
+    fdec_layer L = layer_of(128, 32, 8, 0, 0, FDEC_F16, 0);
+    const uint32_t n = 30000;
+    fd_problem pa, pb;
+    fd_problem_make(&pa, &L, n, FD_DENSE, 1.0f, &r);
+    fd_problem_make(&pb, &L, n, FD_DENSE, 1.0f, &r);
+    double *ra = malloc(sizeof(double) * 32 * 128), *rb = malloc(sizeof(double) * 32 * 128), rl[32];
+    fd_reference(&pa, ra, rl);
+    fd_reference(&pb, rb, rl);
+    inputs in;
+    inputs_make(&in, &pa);
+    size_t ob = 32 * 128 * 4;
+    void *dout = fd_dev_alloc(ob), *dout2 = fd_dev_alloc(ob);
+    float *host = malloc(ob), *host2 = malloc(ob);
+    fdec_options o = fdec_default_options();
+    o.cuda_stream = g_stream;
+    fdec_context *ctx;
+    fdec_context_create(FDEC_BACKEND_CUDA, &o, &ctx);
+
+    /* determinism: two calls, identical bytes */
+    graph_arg ga = {ctx, &pa, &in, dout, NULL, FDEC_OK};
+    graph_call(&ga, 0);
+    ga.out = dout2;
+    graph_call(&ga, 0);
+    fd_dev_sync();
+    fd_d2h(host, dout, ob), fd_d2h(host2, dout2, ob);
+    check(ga.st == FDEC_OK && memcmp(host, host2, ob) == 0, "cuda: two calls must give identical bytes");
+
+    /* capture before the scratch is big enough: refused with a clear message, not a broken graph */
+    fdec_context *fresh;
+    fdec_context_create(FDEC_BACKEND_CUDA, &o, &fresh);
+    graph_arg gf = {fresh, &pa, &in, dout, NULL, FDEC_OK};
+    void *gr = fd_dev_graph_capture(g_stream, graph_call, &gf, 1);
+    check(gf.st == FDEC_EINVAL && strstr(fdec_last_error(), "reserve"), "capture without reserve: %s %s",
+          fdec_status_string(gf.st), fdec_last_error());
+    fd_dev_graph_destroy(gr);
+    fdec_context_destroy(fresh);
+
+    /* reserve, capture, replay; then new data in the same buffers, replay again */
+    check(fdec_context_reserve(ctx, &L, n) == FDEC_OK, "reserve: %s", fdec_last_error());
+    fd_dev_memset(dout, 0xff, ob);
+    ga.out = dout;
+    gr = fd_dev_graph_capture(g_stream, graph_call, &ga, 1);
+    check(gr != NULL && ga.st == FDEC_OK, "capture fdec_decode into a CUDA graph: %s", fdec_last_error());
+    if (gr) {
+        fd_dev_graph_replay(gr, g_stream);
+        fd_dev_sync();
+        fd_d2h(host, dout, ob);
+        check(fd_out_error(&pa, host, ra) <= fd_tolerance(&pa), "graph replay, first data: err %.3g",
+              fd_out_error(&pa, host, ra));
+        size_t kb = pa.kv_elems * 2;
+        fd_h2d(in.dq, pb.q, 32 * 128 * 4), fd_h2d(in.dk, pb.k, kb), fd_h2d(in.dv, pb.v, kb);
+        fd_dev_memset(dout, 0xff, ob);
+        fd_dev_graph_replay(gr, g_stream);
+        fd_dev_sync();
+        fd_d2h(host, dout, ob);
+        check(fd_out_error(&pb, host, rb) <= fd_tolerance(&pb), "graph replay, new data: err %.3g",
+              fd_out_error(&pb, host, rb));
+        fd_dev_graph_destroy(gr);
+    }
+    printf("cuda graph: capture and replay checked\n");
+    fdec_context_destroy(ctx);
+    inputs_free(&in);
+    fd_dev_free(dout), fd_dev_free(dout2);
+    free(host), free(host2), free(ra), free(rb);
+    fd_problem_free(&pa), fd_problem_free(&pb);
+}
+
 /* ---- 6. the README example ---- */
 
 static void test_readme_example(const char *path) {
@@ -475,29 +648,42 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--configs") && i + 1 < argc) configs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--readme-example") && i + 1 < argc) readme = argv[++i];
         else if (!strcmp(argv[i], "--quick")) configs = 100;
+        else if (!strcmp(argv[i], "--cuda")) g_cuda = 1;
         else {
-            fprintf(stderr, "run_tests: unknown argument '%s' (--seed N, --configs N, --readme-example PATH)\n",
-                    argv[i]);
+            fprintf(stderr, "run_tests: unknown argument '%s' (--cuda, --seed N, --configs N, --quick, "
+                            "--readme-example PATH)\n", argv[i]);
             return 2;
         }
     }
+    if (g_cuda && !fd_dev_available()) {
+        printf("CUDA tests: skipped (%s)\n", fdec_backend_available(FDEC_BACKEND_CUDA) ? "no CUDA device here"
+                                                                                     : "this build has no CUDA backend");
+        printf("0 passed, 0 failed\n");
+        return 0;
+    }
     double t0 = fd_now();
+    if (g_cuda) g_stream = fd_dev_stream_create();
     path_ctx pc[8];
     int npc = make_path_contexts(pc);
-    printf("contexts:");
+    printf("backend %s; contexts:", g_cuda ? fd_dev_name() : "cpu");
     for (int i = 0; i < npc; i++) printf(" %s", pc[i].name);
     printf("; seed %llu\n", (unsigned long long)seed);
     test_bad_input();
     test_seed_shapes(pc, npc);
     test_numerics(pc, npc);
-    test_determinism_threads();
-    test_concurrency();
+    if (g_cuda) test_cuda_graph();
+    else {
+        test_determinism_threads();
+        test_concurrency();
+    }
     test_sweep(pc, npc, configs, seed);
     test_readme_example(readme);
-    printf("CUDA tests: skipped here (%s)\n", fdec_backend_available(FDEC_BACKEND_CUDA)
-                                                 ? "CUDA compiled in; `make test-cuda` runs them on a GPU machine"
-                                                 : "this build has no CUDA backend");
+    if (!g_cuda)
+        printf("CUDA tests: skipped here (%s)\n", fdec_backend_available(FDEC_BACKEND_CUDA)
+                                                     ? "CUDA compiled in; `make test-cuda` runs them on a GPU machine"
+                                                     : "this build has no CUDA backend");
     for (int i = 0; i < npc; i++) fdec_context_destroy(pc[i].ctx);
+    if (g_cuda) fd_dev_stream_destroy(g_stream);
     printf("time %.1f s\n", fd_now() - t0);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

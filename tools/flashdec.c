@@ -8,6 +8,7 @@
  * Every subcommand takes --help. A wrong flag is a one-line error and exit code 2.
  */
 #include "bench_util.h"
+#include "devmem.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -92,9 +93,9 @@ typedef struct {
     size_t rotate_bytes; /* rotate among copies of the cache until this many bytes are covered */
 } bench_opts;
 
-/* Times `reps` calls of one case, each on a cache copy not read since the last round. */
-static int time_case(const preset *ps, uint32_t L, uint32_t threads, const bench_opts *bo, double bw, double gfl,
-                     result *res) {
+static int time_case_cuda(const preset *ps, uint32_t L, const bench_opts *bo, double bw, result *res);
+
+static fdec_layer layer_of_preset(const preset *ps, const bench_opts *bo) {
     fdec_layer layer;
     memset(&layer, 0, sizeof layer);
     layer.head_dim = ps->D;
@@ -106,6 +107,14 @@ static int time_case(const preset *ps, uint32_t L, uint32_t threads, const bench
     layer.q_dtype = bo->qt;
     layer.kv_dtype = bo->kvt;
     layer.out_dtype = bo->ot;
+    return layer;
+}
+
+/* Times `reps` calls of one case, each on a cache copy not read since the last round. */
+static int time_case(const preset *ps, uint32_t L, uint32_t threads, const bench_opts *bo, double bw, double gfl,
+                     result *res) {
+    fdec_layer layer = layer_of_preset(ps, bo);
+    if (bo->backend == FDEC_BACKEND_CUDA) return time_case_cuda(ps, L, bo, bw, res);
     fd_rng rng = {0xbe7c4 + L};
     fd_problem pr;
     if (fd_problem_make(&pr, &layer, L, FD_DENSE, 1.0f, &rng)) {
@@ -187,6 +196,96 @@ static int time_case(const preset *ps, uint32_t L, uint32_t threads, const bench
     fdec_context_destroy(ctx);
     fd_problem_free(&pr);
     return 0;
+}
+
+/* ---- the same on the GPU: device copies, CUDA-graph replay of calls over rotating caches ---- */
+
+typedef struct {
+    fdec_context *ctx;
+    const fdec_layer *layer;
+    uint32_t L;
+    const void *q;
+    void **ks, **vs;
+    void *out;
+    int ncopy;
+    fdec_status st;
+} cuda_call;
+
+static void cuda_call_fn(void *x, int i) {
+    cuda_call *c = x;
+    fdec_status st = fdec_decode(c->ctx, c->layer, c->L, c->q, c->ks[i % c->ncopy], c->vs[i % c->ncopy], c->out, NULL);
+    if (st) c->st = st;
+}
+
+static int time_case_cuda(const preset *ps, uint32_t L, const bench_opts *bo, double bw, result *res) {
+    fdec_layer layer = layer_of_preset(ps, bo);
+    fd_rng rng = {0xbe7c4 + L};
+    fd_problem pr;
+    if (fd_problem_make(&pr, &layer, L, FD_DENSE, 1.0f, &rng)) {
+        fprintf(stderr, "flashdec: cannot build %s at %u: %s\n", ps->name, L, fdec_last_error());
+        return -1;
+    }
+    void *stream = fd_dev_stream_create();
+    fdec_options o = fdec_default_options();
+    o.cuda_stream = stream;
+    fdec_context *ctx;
+    if (!stream || fdec_context_create(FDEC_BACKEND_CUDA, &o, &ctx) != FDEC_OK) {
+        fprintf(stderr, "flashdec: %s\n", stream ? fdec_last_error() : "cannot create a CUDA stream");
+        fd_problem_free(&pr);
+        return -1;
+    }
+    const size_t H = pr.p.H, D = pr.p.D, kvb = pr.kv_elems * fdec_dtype_size(pr.p.kvt);
+    const size_t qb = H * D * fdec_dtype_size(pr.p.qt), ob = H * D * fdec_dtype_size(pr.p.ot);
+    /* copies covering well over the 60 MB L2 of an H200 (rotate_bytes), at most 256 */
+    int ncopy = (int)((bo->rotate_bytes + 2 * kvb - 1) / (2 * kvb));
+    if (ncopy < 1) ncopy = 1;
+    if (ncopy > 256) ncopy = 256;
+    void **ks = calloc((size_t)ncopy, sizeof *ks), **vs = calloc((size_t)ncopy, sizeof *vs);
+    void *dq = fd_dev_alloc(qb), *dout = fd_dev_alloc(ob), *dlse = fd_dev_alloc(H * 4), *hout = malloc(ob);
+    int ok = dq && dout && dlse && hout && !fd_h2d(dq, pr.q, qb);
+    for (int i = 0; ok && i < ncopy; i++) {
+        ks[i] = fd_dev_alloc(kvb), vs[i] = fd_dev_alloc(kvb);
+        ok = ks[i] && vs[i] && !fd_h2d(ks[i], pr.k, kvb) && !fd_h2d(vs[i], pr.v, kvb);
+    }
+    res->err = res->tol = 0;
+    double sec = -1;
+    if (ok && bo->check) {
+        double *ref = malloc(sizeof(double) * H * D), *rl = malloc(sizeof(double) * H);
+        fd_reference(&pr, ref, rl);
+        fdec_status st = fdec_decode(ctx, &layer, L, dq, ks[0], vs[0], dout, dlse);
+        fd_dev_sync();
+        res->err = st == FDEC_OK && !fd_d2h(hout, dout, ob) ? fd_out_error(&pr, hout, ref) : INFINITY;
+        res->tol = fd_tolerance(&pr);
+        free(ref), free(rl);
+    }
+    if (ok) {
+        fdec_context_reserve(ctx, &layer, L);
+        cuda_call cc = {ctx, &layer, L, dq, ks, vs, dout, ncopy, FDEC_OK};
+        int n = ncopy < 8 ? 8 : ncopy; /* calls per graph */
+        sec = fd_dev_time_graph(stream, cuda_call_fn, &cc, n, bo->reps < 5 ? 5 : bo->reps * 4);
+        if (cc.st) fprintf(stderr, "flashdec: %s\n", fdec_last_error()), sec = -1;
+    } else fprintf(stderr, "flashdec: device allocation or copy failed for %s at %u\n", ps->name, L);
+    fdec_plan_info info;
+    fdec_plan(ctx, &layer, L, &info);
+    double bytes = fd_kv_bytes(&pr.p);
+    res->name = ps->name;
+    res->ctx_len = L;
+    res->threads = 0;
+    res->us = sec * 1e6;
+    res->gbs = bytes / sec / 1e9;
+    res->floor_us = bytes / (bw * 1e9) * 1e6;
+    res->pct_floor = 100.0 * res->floor_us / res->us;
+    res->bw = bw;
+    res->gflops = 0;
+    res->kvt = bo->kvt;
+    res->chunks = info.num_chunks;
+    for (int i = 0; i < ncopy; i++) fd_dev_free(ks[i]), fd_dev_free(vs[i]);
+    free(ks), free(vs), free(hout);
+    fd_dev_free(dq), fd_dev_free(dout), fd_dev_free(dlse);
+    fdec_context_destroy(ctx);
+    fd_dev_stream_destroy(stream);
+    fd_problem_free(&pr);
+    return sec > 0 ? 0 : -1;
 }
 
 static void print_header(void) {
@@ -308,10 +407,6 @@ static int cmd_bench(int argc, char **argv, int demo) {
         } else if (!strcmp(a, "--json")) json = val;
         else return usage_error(cmd, "unknown option '%s'", a);
     }
-    if (bo.backend == FDEC_BACKEND_CUDA) {
-        fprintf(stderr, "flashdec %s: the CUDA backend is timed by bench/gpu_run.sh on a GPU machine\n", cmd);
-        return 2;
-    }
     if (custom.D) sel[nsel++] = &custom;
     if (!nsel)
         for (int i = 0; i < NPRESETS; i++) sel[nsel++] = &presets[i];
@@ -324,25 +419,39 @@ static int cmd_bench(int argc, char **argv, int demo) {
         sel[3] = find_preset("llama3-8b");
         nsel = 4;
     }
-    fdec_context *probe;
-    fdec_options po = fdec_default_options();
-    po.cpu_path = bo.path;
-    if (fdec_context_create(FDEC_BACKEND_CPU, &po, &probe) != FDEC_OK) {
-        fprintf(stderr, "flashdec %s: %s\n", cmd, fdec_last_error());
-        return 1;
-    }
-    fdec_layer pl = {64, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0};
-    fdec_plan_info pinfo;
-    fdec_plan(probe, &pl, 1, &pinfo);
-    printf("flashdec %s: CPU backend, path %s, %ld online CPUs\n", cmd, pinfo.path, online_cpus());
-    fdec_context_destroy(probe);
-    /* ceilings, measured in this run, per thread count */
     double bw[8], gf[8];
-    for (int t = 0; t < nthr; t++) {
-        bw[t] = fd_read_bandwidth(BW_BYTES, thr[t]);
-        gf[t] = fd_fma_peak(thr[t]);
-        printf("ceilings with %u thread(s): streaming read %.1f GB/s (1 GiB buffer), f32 FMA peak %.0f GFLOP/s\n",
-               thr[t], bw[t], gf[t]);
+    if (bo.backend == FDEC_BACKEND_CUDA) {
+        if (!fd_dev_available()) {
+            fprintf(stderr, "flashdec %s: no CUDA device (or no CUDA in this build)\n", cmd);
+            return 1;
+        }
+        nthr = 1;
+        thr[0] = 0;
+        bo.rotate_bytes = (size_t)1 << 30; /* well past the L2 */
+        bw[0] = fd_dev_copy_bandwidth((size_t)2 << 30);
+        gf[0] = 0;
+        printf("flashdec %s: CUDA backend on %s; device-to-device copy %.0f GB/s (read + write, 2 GiB); "
+               "times are CUDA-graph replays over rotating caches\n", cmd, fd_dev_name(), bw[0]);
+    } else {
+        fdec_context *probe;
+        fdec_options po = fdec_default_options();
+        po.cpu_path = bo.path;
+        if (fdec_context_create(FDEC_BACKEND_CPU, &po, &probe) != FDEC_OK) {
+            fprintf(stderr, "flashdec %s: %s\n", cmd, fdec_last_error());
+            return 1;
+        }
+        fdec_layer pl = {64, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+        fdec_plan_info pinfo;
+        fdec_plan(probe, &pl, 1, &pinfo);
+        printf("flashdec %s: CPU backend, path %s, %ld online CPUs\n", cmd, pinfo.path, online_cpus());
+        fdec_context_destroy(probe);
+        /* ceilings, measured in this run, per thread count */
+        for (int t = 0; t < nthr; t++) {
+            bw[t] = fd_read_bandwidth(BW_BYTES, thr[t]);
+            gf[t] = fd_fma_peak(thr[t]);
+            printf("ceilings with %u thread(s): streaming read %.1f GB/s (1 GiB buffer), f32 FMA peak %.0f GFLOP/s\n",
+                   thr[t], bw[t], gf[t]);
+        }
     }
     print_header();
     result *res = calloc((size_t)nsel * nctx * nthr, sizeof *res);
@@ -461,6 +570,7 @@ static int cmd_info(int argc, char **argv) {
     printf("chosen path: %s (override with FDEC_CPU_PATH=scalar|avx2|avx512)\n", pinfo.path);
     printf("threads: %ld (all online CPUs; fdec_options.threads sets it)\n", n);
     printf("cuda backend: %s\n", fdec_backend_available(FDEC_BACKEND_CUDA) ? "compiled in" : "not compiled in");
+    if (fd_dev_available()) printf("cuda device: %s\n", fd_dev_name());
     for (long t = 1; t <= n && t <= 64; t = t == n ? n + 1 : (t * 2 > n ? n : t * 2))
         printf("streaming read, %ld thread(s): %.1f GB/s; f32 FMA peak %.0f GFLOP/s\n", t,
                fd_read_bandwidth(BW_BYTES, (uint32_t)t), fd_fma_peak((uint32_t)t));

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Build, test and benchmark the CUDA backend on a GPU machine in one go (the device tool runs it there).
+#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [peer]      (no argument: all of them)
+# Logs and JSON go to $OUT (the device tool's output folder) or bench/results.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/results}
+mkdir -p "$OUT"
+stages=${*:-build test sanitize bench peer}
+has() { [[ " $stages " == *" $1 "* ]]; }
+rc=0
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
+  | tee "$OUT/gpu.txt"
+if has build; then
+  # sm_90 only here: the H200 is all this machine has (the default build also has sm_80)
+  make -j16 CUDA=1 CUDA_GENCODE="-gencode arch=compute_90,code=sm_90" all build/tests/run_tests \
+    > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  echo "build: ok"
+fi
+if has test; then
+  ./build/tests/run_tests --cuda --configs "${CONFIGS:-1000}" 2>&1 | tee "$OUT/test-cuda.log" | tail -12 || rc=1
+fi
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/run_tests --cuda --configs 12 \
+      > "$OUT/sanitize-$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitize-$tool.log") clean summaries)"
+    grep -E 'ERROR SUMMARY|passed, ' "$OUT/sanitize-$tool.log" | tail -2
+  done
+fi
+if has bench; then
+  ./build/flashdec bench --backend cuda --ctx 1024,4096,32768,131072 --reps 10 --json "$OUT/cuda-bench.json" \
+    2>&1 | tee "$OUT/bench-cuda.log" || rc=1
+fi
+if has peer; then
+  PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1
+fi
+exit $rc

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""flashdec's CUDA backend against PyTorch's scaled_dot_product_attention(enable_gqa=True), same tensors.
+
+For each preset and context: q [1, H, 1, D], k and v [1, G, L, D] in f16 (PyTorch's own layout; flashdec reads
+it through its strides as a [kv_head][pos][dim] cache, no copy). Both are timed as CUDA-graph replays of
+calls over enough copies of the cache to miss the 60 MB L2, medians of several replays; both outputs are
+compared with each other. flashdec on the dense [pos][kv_head][dim] layout is timed too.
+
+    python3 bench/torch_peer.py [--lib build/libflashdec.so] [--json FILE]
+"""
+import argparse
+import ctypes as C
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+class Layer(C.Structure):
+    _fields_ = [("head_dim", C.c_uint32), ("num_q_heads", C.c_uint32), ("num_kv_heads", C.c_uint32),
+                ("scale", C.c_float), ("window", C.c_uint32), ("ring_capacity", C.c_uint32),
+                ("q_dtype", C.c_int), ("kv_dtype", C.c_int), ("out_dtype", C.c_int),
+                ("kv_pos_stride", C.c_size_t), ("kv_head_stride", C.c_size_t)]
+
+
+class Options(C.Structure):
+    _fields_ = [("threads", C.c_uint32), ("cpu_path", C.c_int), ("parallel_for", C.c_void_p),
+                ("parallel_user", C.c_void_p), ("cuda_device", C.c_int), ("cuda_stream", C.c_void_p)]
+
+
+F16 = 1
+PRESETS = [  # name, D, H, G, window, scale
+    ("llama3-8b", 128, 32, 8, 0, 0.0),
+    ("lfm2", 64, 32, 8, 0, 0.0),
+    ("gemma4-sliding-full", 256, 16, 8, 0, 1.0),
+    ("gemma4-full", 512, 16, 2, 0, 1.0),
+    ("gemma4-sliding", 256, 16, 8, 1024, 1.0),
+]
+L2_BYTES = 60 << 20
+
+
+def load_lib(path):
+    lib = C.CDLL(path)
+    lib.fdec_context_create.argtypes = [C.c_int, C.POINTER(Options), C.POINTER(C.c_void_p)]
+    lib.fdec_decode.argtypes = [C.c_void_p, C.POINTER(Layer), C.c_uint32, C.c_void_p, C.c_void_p, C.c_void_p,
+                                C.c_void_p, C.c_void_p]
+    lib.fdec_context_reserve.argtypes = [C.c_void_p, C.POINTER(Layer), C.c_uint32]
+    lib.fdec_context_destroy.argtypes = [C.c_void_p]
+    lib.fdec_last_error.restype = C.c_char_p
+    return lib
+
+
+def graph_time(fn, n_calls, stream, reps=20):
+    """Median seconds per call of a CUDA graph, captured on `stream`, holding fn(0) .. fn(n_calls - 1)."""
+    with torch.cuda.stream(stream):
+        for i in range(min(n_calls, 3)):
+            fn(i)  # warm up outside the graph
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for i in range(n_calls):
+            fn(i)
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(stream)
+        g.replay()
+        b.record(stream)
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3 / n_calls)
+    return statistics.median(times)
+
+
+def copy_bandwidth():
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    b = torch.empty_like(a)
+    b.copy_(a)
+    times = []
+    for _ in range(5):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) * 1e-3)
+    return 2 * n / statistics.median(times) / 1e9
+
+
+def run_case(lib, ctx_p, stream, name, D, H, G, window, scale, L):
+    dev = "cuda"
+    rows = window if window else L  # a window of w in a ring of w rows: the cache holds exactly w rows
+    kv_bytes = 2 * rows * G * D * 2
+    ncopy = max(1, min(64, math.ceil(4 * L2_BYTES / kv_bytes)))
+    q = torch.randn(1, H, 1, D, device=dev, dtype=torch.float16)
+    ks = [torch.randn(1, G, rows, D, device=dev, dtype=torch.float16) for _ in range(ncopy)]
+    vs = [torch.randn(1, G, rows, D, device=dev, dtype=torch.float16) for _ in range(ncopy)]
+    kd = [k[0].transpose(0, 1).contiguous() for k in ks]  # dense [pos][kv_head][dim]
+    vd = [v[0].transpose(0, 1).contiguous() for v in vs]
+    out_f = torch.empty(H, D, device=dev, dtype=torch.float16)
+    out_d = torch.empty(H, D, device=dev, dtype=torch.float16)
+    sdpa_scale = scale if scale else 1.0 / math.sqrt(D)
+
+    def layer(head_major):
+        lay = Layer(D, H, G, scale, window, window, F16, F16, F16, 0, 0)
+        if head_major:
+            lay.kv_pos_stride, lay.kv_head_stride = D, rows * D
+        return lay
+
+    lay_hm, lay_dn = layer(True), layer(False)
+    ctx = ctx_p
+    # positions: seq_len L; with a ring of `window` rows, position t lives in row t % window. Our tensors hold
+    # the rows in ring order, and SDPA gets the same rows in position order (a roll), so the two agree.
+    shift = (L % rows) if window else 0
+
+    def fdec(i, lay=lay_hm, kk=ks, vv=vs, out=out_f):
+        st = lib.fdec_decode(ctx, C.byref(lay), L, q.data_ptr(), kk[i % ncopy].data_ptr(), vv[i % ncopy].data_ptr(),
+                             out.data_ptr(), None)
+        if st:
+            raise RuntimeError(lib.fdec_last_error().decode())
+
+    sd_k = [torch.roll(k, -shift, dims=2) if shift else k for k in ks]
+    sd_v = [torch.roll(v, -shift, dims=2) if shift else v for v in vs]
+    out_s = [None]
+
+    def sdpa(i):
+        out_s[0] = F.scaled_dot_product_attention(q, sd_k[i % ncopy], sd_v[i % ncopy], scale=sdpa_scale,
+                                                  enable_gqa=True)
+
+    lib.fdec_context_reserve(ctx, C.byref(lay_hm), L)
+    n_calls = max(ncopy, 8)
+    t_f = graph_time(fdec, n_calls, stream)
+    t_d = graph_time(lambda i: fdec(i, lay_dn, kd, vd, out_d), n_calls, stream)
+    t_s = graph_time(sdpa, n_calls, stream)
+    # correctness on copy 0
+    fdec(0)
+    fdec(0, lay_dn, kd, vd, out_d)
+    sdpa(0)
+    torch.cuda.synchronize()
+    ref = F.scaled_dot_product_attention(q.double(), sd_k[0].double(), sd_v[0].double(), scale=sdpa_scale,
+                                         enable_gqa=True)[0, :, 0]
+    err_f = (out_f.double() - ref).abs().max().item()
+    err_d = (out_d.double() - ref).abs().max().item()
+    err_s = (out_s[0][0, :, 0].double() - ref).abs().max().item()
+    read = 2 * min(L, window or L) * G * D * 2
+    return dict(shape=name, context=L, flashdec_us=t_f * 1e6, flashdec_dense_us=t_d * 1e6, sdpa_us=t_s * 1e6,
+                flashdec_tbs=read / t_f / 1e12, flashdec_dense_tbs=read / t_d / 1e12, sdpa_tbs=read / t_s / 1e12,
+                speedup=t_s / t_f, err_flashdec=err_f, err_flashdec_dense=err_d, err_sdpa=err_s)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libflashdec.so"))
+    ap.add_argument("--ctx", default="1024,4096,32768,131072")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    lib = load_lib(a.lib)
+    opts = Options(0, 0, None, None, torch.cuda.current_device(), None)
+    ctx = C.c_void_p()
+    results = []
+    bw = copy_bandwidth()
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, copy bandwidth {bw:.0f} GB/s "
+          f"(read + write)")
+    print(f"{'shape':20s} {'ctx':>7s} {'fdec us':>9s} {'TB/s':>6s} {'dense us':>9s} {'TB/s':>6s} {'sdpa us':>9s} "
+          f"{'TB/s':>6s} {'speedup':>7s} {'err fdec':>9s} {'err sdpa':>9s}")
+    for name, D, H, G, window, scale in PRESETS:
+        for L in [int(x) for x in a.ctx.split(",")]:
+            if window and L != 32768:
+                continue
+            s = torch.cuda.Stream()  # the context works on s; the graphs are captured on s too
+            opts.cuda_stream = s.cuda_stream
+            st = lib.fdec_context_create(1, C.byref(opts), C.byref(ctx))
+            if st:
+                sys.exit("fdec_context_create: " + lib.fdec_last_error().decode())
+            with torch.cuda.stream(s):
+                r = run_case(lib, ctx, s, name, D, H, G, window, scale, L)
+            lib.fdec_context_destroy(ctx)
+            r["copy_bw_gbs"] = bw
+            results.append(r)
+            print(f"{name:20s} {L:7d} {r['flashdec_us']:9.2f} {r['flashdec_tbs']:6.2f} {r['flashdec_dense_us']:9.2f} "
+                  f"{r['flashdec_dense_tbs']:6.2f} {r['sdpa_us']:9.2f} {r['sdpa_tbs']:6.2f} {r['speedup']:7.2f} "
+                  f"{r['err_flashdec']:9.2g} {r['err_sdpa']:9.2g}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_bw_gbs=bw,
+                           cases=results), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

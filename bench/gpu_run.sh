@@ -18,21 +18,21 @@ if has build; then
   echo "build: ok"
 fi
 if has test; then
-  ./build/tests/run_tests --cuda --configs "${CONFIGS:-1000}" 2>&1 | tee "$OUT/test-cuda.log" | tail -12 || rc=1
+  timeout 300 ./build/tests/run_tests --cuda --configs "${CONFIGS:-1000}" 2>&1 | tee "$OUT/test-cuda.log" | tail -12 || rc=1
 fi
 if has sanitize; then
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/run_tests --cuda --configs 12 \
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/run_tests --cuda --configs 12 \
       > "$OUT/sanitize-$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitize-$tool.log") clean summaries)"
     grep -E 'ERROR SUMMARY|passed, ' "$OUT/sanitize-$tool.log" | tail -2
   done
 fi
 if has bench; then
-  ./build/flashdec bench --backend cuda --ctx 1024,4096,32768,131072 --reps 10 --json "$OUT/cuda-bench.json" \
+  timeout 200 ./build/flashdec bench --backend cuda --ctx 1024,4096,32768,131072 --reps 10 --json "$OUT/cuda-bench.json" \
     2>&1 | tee "$OUT/bench-cuda.log" || rc=1
 fi
 if has peer; then
-  PYTHONUNBUFFERED=1 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1
+  PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1
 fi
 exit $rc

@@ -640,6 +640,7 @@ static void test_readme_example(const char *path) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* line by line, also into a pipe */
     uint64_t seed = 0x5eed;
     int configs = 1100;
     const char *readme = NULL;

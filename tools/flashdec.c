@@ -578,6 +578,7 @@ static int cmd_info(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* line by line, also into a pipe */
     const char *help = "usage: flashdec <command> [options]\n"
                        "  demo     the model presets at 1k..32k on the CPU, checked and timed (about a minute)\n"
                        "  bench    timing table against this machine's ceilings (--help for options)\n"

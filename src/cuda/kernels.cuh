@@ -108,16 +108,17 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32)
     const uint32_t c0 = p.lo + chunk * p.chunk_len, c1 = min(p.hi, c0 + p.chunk_len);
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
     const uint32_t step = NW * GROUPS * U;
-    for (uint32_t base = c0 + (warp * GROUPS + grp); base < c1; base += step) {
+    /* the loop bound is uniform across the warp (shuffles below need every lane); rows past c1 are masked */
+    for (uint64_t base = c0 + warp * GROUPS; base < c1; base += step) { /* 64 bits: seq_len may be near 2^32 */
         float kx[U][E], vx[U][E];
         bool valid[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            uint32_t t = base + u * NW * GROUPS;
+            uint64_t t = base + u * NW * GROUPS + grp;
             valid[u] = t < c1;
-            uint32_t row = t;
+            uint32_t row = valid[u] ? (uint32_t)t : p.lo;
             if (p.ring) { /* t - lo < ring, so one conditional subtraction maps it */
-                row = p.ring_lo + (t - p.lo);
+                row = p.ring_lo + (uint32_t)(valid[u] ? t - p.lo : 0);
                 if (row >= p.ring) row -= p.ring;
             }
             const KT *kr = kbase + (size_t)row * p.ps, *vr = vbase + (size_t)row * p.ps;

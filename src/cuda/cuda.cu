@@ -1,7 +1,7 @@
 /* cuda.cu — the CUDA backend: device and stream, scratch, the split rule for the GPU, kernel choice and
- * launches. The kernels are in kernels.cuh.
+ * launch. The kernel is in kernels.cuh.
  *
- * A call launches two kernels on the context's stream (partial, combine) and nothing else: no allocation once
+ * A call launches one kernel on the context's stream and nothing else: no allocation once
  * the scratch is large enough (fdec_context_reserve, or the first call of the largest shape), no copy, no
  * synchronisation, so it can be captured into a CUDA graph. */
 #include <cuda_runtime.h>
@@ -14,13 +14,13 @@ extern "C" {
 }
 #include "kernels.cuh"
 
-/* Partial blocks per multiprocessor the split aims at: with 4 warps a block and up to about 200 registers a
- * thread, two blocks fit on an SM; more chunks than that only add combine work (bench/NOTES.md). */
+/* Blocks per multiprocessor the split aims at: with 4 warps a block and up to about 250 registers a thread,
+ * two blocks fit on an SM, so this is one full wave (bench/NOTES.md). */
 #define BLOCKS_PER_SM 2
-/* Shortest chunk: below this a block's fixed costs (q load, merges, state write) outweigh its reads. */
-#define MIN_CHUNK 128
-/* Most chunks per head: bounds the scratch and the combine's loop. */
-#define MAX_CHUNKS 256
+/* Shortest chunk: one step of a block (4 warps x up to 8 rows), below which blocks only add merge work. */
+#define MIN_CHUNK 32
+/* Most chunks per head: bounds the scratch and the merge's loop. */
+#define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 
 typedef struct {
     int device, sms;
@@ -40,15 +40,17 @@ typedef void (*partial_fn)(const fdec_cuda_params);
 
 template <typename KT, int D>
 static partial_fn pick_rt(int rt) {
+    /* only the tile sizes heads_per_block can ask for are compiled */
+    constexpr int E = fdec_shape<KT, D>::E;
+    constexpr int cap = D == 0 ? 2 : sizeof(KT) == 4 ? (E >= 16 ? 2 : 4) : (E >= 16 ? 4 : 8);
     switch (rt) {
-    case 1: return fdec_partial_kernel<KT, D, 1>;
-    case 2: return fdec_partial_kernel<KT, D, 2>;
-    case 4: return fdec_partial_kernel<KT, D, 4>;
-    default:
-        /* 8 heads x 16 elements a lane would need 256 registers for q and o alone */
-        if constexpr (fdec_shape<KT, D>::E >= 16) return fdec_partial_kernel<KT, D, 4>;
-        else return fdec_partial_kernel<KT, D, 8>;
+    case 1: return fdec_decode_kernel<KT, D, 1>;
+    case 2: return fdec_decode_kernel<KT, D, 2>;
+    case 4: if constexpr (cap >= 4) return fdec_decode_kernel<KT, D, 4>;
+    /* fall through */
+    default: if constexpr (cap >= 8) return fdec_decode_kernel<KT, D, 8>;
     }
+    return fdec_decode_kernel<KT, D, cap>;
 }
 
 template <typename KT>
@@ -69,11 +71,13 @@ typedef struct {
     fdec_split split;
 } launch_plan;
 
-/* Heads per block: the group size rounded up to a power of two, at most 8, or 4 where a lane holds 16
- * elements (q and o for 8 heads would take 256 registers); larger groups take several head tiles, whose blocks
- * read the same rows at about the same time, so the repeats come from L2. */
-static int heads_per_block(uint32_t R, int elems_per_lane) {
-    int cap = elems_per_lane >= 16 ? 4 : 8, rt = 1;
+/* Heads per block: the group size rounded up to a power of two, capped so that q, o and two steps of rows stay
+ * in registers (the caps are where ptxas -v stops reporting spills: 8 heads for 16-bit rows of up to 8
+ * elements a lane, 4 for 16 elements or f32 rows, 2 for f32 rows of 16 and for the scalar-load generic path).
+ * Larger groups take several head tiles, whose blocks read the same rows at about the same time, so the
+ * repeats come from L2. */
+static int heads_per_block(uint32_t R, int fast, int elems_per_lane, size_t es) {
+    int cap = !fast ? 2 : es == 4 ? (elems_per_lane >= 16 ? 2 : 4) : (elems_per_lane >= 16 ? 4 : 8), rt = 1;
     while (rt < (int)R && rt < cap) rt *= 2;
     return rt;
 }
@@ -85,24 +89,27 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     lp.fast = dfast && (p->ps * es) % 16 == 0 && (p->hs * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
     uint32_t vec = (uint32_t)(16 / es), lanes_per_row = p->D / vec < 32 ? p->D / vec : 32;
     int elems = lp.fast ? (int)(p->D / lanes_per_row) : FDEC_MAX_HEAD_DIM / 32; /* as fdec_shape */
-    lp.rt = heads_per_block(p->R, elems);
+    lp.rt = heads_per_block(p->R, lp.fast, elems, es);
     lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
     switch (p->kvt) {
     case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt); break;
     case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt); break;
     default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt); break;
     }
-    const uint32_t Dr = p->D;
-    lp.smem = (size_t)(2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * Dr) * sizeof(float);
     /* split: enough blocks for BLOCKS_PER_SM on every SM */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
     uint32_t lanes = (uint32_t)(c->sms * BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
     lp.split = fdec_make_split(p, lanes, MIN_CHUNK, MAX_CHUNKS);
+    /* shared memory: the warps' states [2 + D] per head, or the merge's weights [nc + 1] per head */
+    size_t states = 2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D;
+    size_t merge = (size_t)lp.rt * (lp.split.num_chunks + 1);
+    lp.smem = (states > merge ? states : merge) * sizeof(float);
     return lp;
 }
 
+/* Scratch: one counter per (KV head, head tile) (at most H), then m, l and o of every (head, chunk). */
 static size_t scratch_bytes(const fdec_problem *p, uint32_t nc) {
-    return (size_t)p->H * nc * (2 + (size_t)p->D) * sizeof(float);
+    return (size_t)p->H * sizeof(unsigned) + (size_t)p->H * nc * (2 + (size_t)p->D) * sizeof(float);
 }
 
 /* ---- backend ops ---- */
@@ -121,6 +128,10 @@ static fdec_status ensure_scratch(cuda_impl *c, size_t bytes) {
         cudaGetLastError();
         return fdec_set_error(FDEC_ENOMEM, "cudaMalloc of %zu bytes of scratch failed: %s", bytes,
                               cudaGetErrorString(e));
+    }
+    if ((e = cudaMemset(s, 0, bytes)) != cudaSuccess) { /* the counters start at zero and stay so between calls */
+        cudaFree(s);
+        return cuda_err(e, "cudaMemset");
     }
     if (c->scratch) cudaFree(c->scratch);
     c->scratch = s;
@@ -149,7 +160,8 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     fdec_cuda_params prm;
     memset(&prm, 0, sizeof prm);
     prm.q = q, prm.k = k, prm.v = v, prm.out = out, prm.lse = lse;
-    prm.part_m = c->scratch;
+    prm.counters = (unsigned *)c->scratch;
+    prm.part_m = c->scratch + p->H;
     prm.part_l = prm.part_m + (size_t)p->H * nc;
     prm.part_o = prm.part_l + (size_t)p->H * nc;
     prm.D = p->D, prm.H = p->H, prm.G = p->G, prm.R = p->R;
@@ -164,9 +176,7 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     }
     dim3 grid((unsigned)lp.tiles, nc, p->G);
     lp.fn<<<grid, FDEC_CUDA_WARPS * 32, lp.smem, c->stream>>>(prm);
-    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the partial kernel's launch");
-    fdec_combine_kernel<<<p->H, 128, nc * sizeof(float), c->stream>>>(prm);
-    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the combine kernel's launch");
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the kernel launch");
     return FDEC_OK;
 }
 

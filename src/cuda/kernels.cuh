@@ -1,11 +1,16 @@
-/* kernels.cuh — the CUDA decode-attention kernels: split-KV partial + combine.
+/* kernels.cuh — the CUDA decode-attention kernel: split-KV partials and their merge, in one launch.
  *
- * partial: block (head tile x, chunk y, KV head z) computes the partial state (state.h) of RT query heads of KV
- * head z over the chunk's positions. Each row (one position's K or V vector) is read by T lanes, VEC
- * elements per load (16 bytes on the fast paths), E elements per lane; a warp holds 32/T rows at once and
- * each warp keeps U rows per lane group in flight. Every lane group runs its own online softmax over the rows
- * it reads; the groups and the warps merge at the end, and the block writes one (m, l, o) per head.
- * combine: block h merges the chunks' states of query head h into out and lse.
+ * Block (head tile x, chunk y, KV head z) computes the partial state (state.h) of up to RT query heads of KV
+ * head z over the chunk's positions, so each K/V row is read from memory once for all the heads of its group.
+ * A row (one position's K or V vector) is read by T lanes, VEC elements per load (16 bytes on the fast
+ * paths), E elements per lane; a warp covers GROUPS = 32/T rows at once and U of those row sets per step, and
+ * loads the next step's rows before it computes this one (two steps in flight). Each lane group runs its own
+ * online softmax; groups merge by shuffles, warps through shared memory, and the block writes one (m, l, o)
+ * per head. The last block of a (head tile, KV head) to finish, found with an atomic counter, merges all the
+ * chunks' states into out and lse and sets the counter back to zero for the next call.
+ *
+ * Inside the kernel scores are in base 2 (q is pre-multiplied by scale * log2 e); states in the scratch are in
+ * natural-log units so that the merge is the one of state.h.
  *
  * Template parameters only specialise shapes: KT the K/V element type, D the head_dim (0: any, read with
  * scalar loads), RT the most query heads per block.
@@ -14,21 +19,26 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
 
 #include "../state.h"
 
-#define FDEC_CUDA_WARPS 4 /* warps per partial block */
+#define FDEC_CUDA_WARPS 4     /* warps per block */
+#define FDEC_CUDA_MAX_CHUNKS 256
 
 struct fdec_cuda_params {
     const void *q, *k, *v;
     void *out;
     float *lse;
     float *part_m, *part_l, *part_o; /* [H][nc], [H][nc], [H][nc][D] */
+    unsigned *counters;              /* [G][tiles], zero between calls */
     uint32_t D, H, G, R;
     uint32_t lo, hi, ring, ring_lo; /* attended [lo, hi); ring_lo = lo % ring */
     uint32_t nc, chunk_len;
-    size_t ps, hs; /* element strides */
-    float scale_log2; /* scale * log2(e): scores are kept in base 2 inside the kernel */
+    size_t ps, hs;    /* element strides */
+    float scale_log2; /* scale * log2(e) */
     int qt, ot;
 };
 
@@ -48,45 +58,48 @@ __device__ __forceinline__ void fdec_store_any(void *p, size_t i, int t, float x
     else ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
 }
 
-/* VEC elements of type KT at p (16-byte aligned when VEC * sizeof(KT) == 16), as floats. */
-template <typename KT, int VEC>
-__device__ __forceinline__ void load_vec(const KT *p, float *x) {
-    if constexpr (VEC * sizeof(KT) == 16) {
-        uint4 raw = __ldg(reinterpret_cast<const uint4 *>(p));
-        const KT *e = reinterpret_cast<const KT *>(&raw);
-#pragma unroll
-        for (int i = 0; i < VEC; i++) x[i] = fdec_to_f32(e[i]);
-    } else {
-#pragma unroll
-        for (int i = 0; i < VEC; i++) x[i] = fdec_to_f32(p[i]);
-    }
-}
-
 /* Shape constants of one specialisation. */
 template <typename KT, int D>
 struct fdec_shape {
-    static constexpr int VEC = D ? 16 / (int)sizeof(KT) : 1;                    /* elements per load */
-    static constexpr int T = D ? (D / VEC < 32 ? D / VEC : 32) : 32;            /* lanes per row */
-    static constexpr int E = D ? D / T : FDEC_MAX_HEAD_DIM / 32;                /* elements per lane */
-    static constexpr int GROUPS = 32 / T;                                       /* rows per warp at once */
-    static constexpr int U = E >= 16 ? 2 : 4;                                   /* rows in flight per group */
+    static constexpr int VEC = D ? 16 / (int)sizeof(KT) : 1;         /* elements per load */
+    static constexpr int T = D ? (D / VEC < 32 ? D / VEC : 32) : 32; /* lanes per row */
+    static constexpr int E = D ? D / T : FDEC_MAX_HEAD_DIM / 32;     /* elements per lane */
+    static constexpr int NL = E / VEC;                               /* loads per row per lane */
+    static constexpr int GROUPS = 32 / T;                            /* rows per warp at once */
+    static constexpr int U = E >= 16 ? 2 : 4;                        /* row sets per step */
 };
 
+/* A load's worth of K/V kept as it came from memory (converted to f32 only when used: half the registers). */
+template <typename KT, int VEC>
+struct fdec_raw {
+    typedef typename std::conditional<VEC * sizeof(KT) == 16, uint4, KT>::type type;
+};
+
+template <typename KT, int VEC>
+__device__ __forceinline__ void raw_to_f32(const typename fdec_raw<KT, VEC>::type &r, float *x) {
+    const KT *e = reinterpret_cast<const KT *>(&r);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) x[i] = fdec_to_f32(e[i]);
+}
+
+/* Weight of a base-2 state with max mi in a merge whose max is m (state.h's rule, in base 2). */
+__device__ __forceinline__ float fdec_weight2(float mi, float m) { return mi == -INFINITY ? 0.f : exp2f(mi - m); }
+
 template <typename KT, int D, int RT>
-__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32)
-    fdec_partial_kernel(const fdec_cuda_params p) {
+__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const fdec_cuda_params p) {
     using S = fdec_shape<KT, D>;
-    constexpr int VEC = S::VEC, T = S::T, E = S::E, GROUPS = S::GROUPS, U = S::U, NW = FDEC_CUDA_WARPS;
+    using raw_t = typename fdec_raw<KT, S::VEC>::type;
+    constexpr int VEC = S::VEC, T = S::T, E = S::E, NL = S::NL, GROUPS = S::GROUPS, U = S::U;
+    constexpr int NW = FDEC_CUDA_WARPS;
     const int Dr = D ? D : (int)p.D;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int grp = lane / T, lin = lane % T;
-    const uint32_t g = blockIdx.z, chunk = blockIdx.y, h0 = g * p.R + blockIdx.x * RT;
-    const int nh = min(RT, (int)(p.R - blockIdx.x * RT)); /* heads of this tile */
+    const uint32_t g = blockIdx.z, chunk = blockIdx.y, tile = blockIdx.x, h0 = g * p.R + tile * RT;
+    const int nh = min(RT, (int)(p.R - tile * RT)); /* heads of this tile */
 
-    /* element index of this lane's i-th element: load k = i / VEC covers [lin*VEC + k*T*VEC, +VEC) */
+    /* this lane's element i: load l = i / VEC covers [lin*VEC + l*T*VEC, +VEC) */
     auto elem = [&](int i) { return lin * VEC + (i / VEC) * T * VEC + (i % VEC); };
 
-    /* q, scaled into base 2, in registers */
     float q[RT][E];
 #pragma unroll
     for (int r = 0; r < RT; r++)
@@ -95,7 +108,6 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32)
             int d = elem(i);
             q[r][i] = (r < nh && d < Dr) ? fdec_load_any(p.q, (size_t)(h0 + r) * Dr + d, p.qt) * p.scale_log2 : 0.f;
         }
-
     float m[RT], l[RT], o[RT][E];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
@@ -108,62 +120,88 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32)
     const uint32_t c0 = p.lo + chunk * p.chunk_len, c1 = min(p.hi, c0 + p.chunk_len);
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
     const uint32_t step = NW * GROUPS * U;
-    /* the loop bound is uniform across the warp (shuffles below need every lane); rows past c1 are masked */
-    for (uint64_t base = c0 + warp * GROUPS; base < c1; base += step) { /* 64 bits: seq_len may be near 2^32 */
-        float kx[U][E], vx[U][E];
-        bool valid[U];
+
+    /* loads the rows of the step at `base` (positions base + u*NW*GROUPS + grp); invalid rows read nothing */
+    auto load_step = [&](uint64_t base, raw_t (&kr)[U][NL], raw_t (&vr)[U][NL]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            uint64_t t = base + u * NW * GROUPS + grp;
-            valid[u] = t < c1;
-            uint32_t row = valid[u] ? (uint32_t)t : p.lo;
+            uint64_t t = base + u * NW * GROUPS + grp; /* 64 bits: seq_len may be near 2^32 */
+            bool valid = t < c1;
+            uint32_t row = valid ? (uint32_t)t : p.lo;
             if (p.ring) { /* t - lo < ring, so one conditional subtraction maps it */
-                row = p.ring_lo + (uint32_t)(valid[u] ? t - p.lo : 0);
+                row = p.ring_lo + (uint32_t)(valid ? t - p.lo : 0);
                 if (row >= p.ring) row -= p.ring;
             }
-            const KT *kr = kbase + (size_t)row * p.ps, *vr = vbase + (size_t)row * p.ps;
+            const KT *kp = kbase + (size_t)row * p.ps, *vp = vbase + (size_t)row * p.ps;
 #pragma unroll
-            for (int i = 0; i < E; i += VEC) {
-                int d = elem(i);
-                if (valid[u] && (D || d < Dr)) {
-                    load_vec<KT, VEC>(kr + d, &kx[u][i]);
-                    load_vec<KT, VEC>(vr + d, &vx[u][i]);
+            for (int j = 0; j < NL; j++) {
+                int d = lin * VEC + j * T * VEC;
+                if (valid && (D || d < Dr)) {
+                    kr[u][j] = __ldg(reinterpret_cast<const raw_t *>(kp + d));
+                    vr[u][j] = __ldg(reinterpret_cast<const raw_t *>(vp + d));
                 } else {
-#pragma unroll
-                    for (int j = 0; j < VEC; j++) kx[u][i + j] = vx[u][i + j] = 0.f;
+                    memset(&kr[u][j], 0, sizeof(raw_t));
+                    memset(&vr[u][j], 0, sizeof(raw_t));
                 }
+            }
+        }
+    };
+
+    raw_t kr[U][NL], vr[U][NL];
+    const uint64_t first = (uint64_t)c0 + warp * GROUPS; /* warp-uniform loop: the shuffles need every lane */
+    if (first < c1) load_step(first, kr, vr);
+    for (uint64_t base = first; base < c1; base += step) {
+        raw_t kn[U][NL], vn[U][NL];
+        if (base + step < c1) load_step(base + step, kn, vn); /* next step's rows fly while this one computes */
+
+        float s[U][RT];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float kf[E];
+#pragma unroll
+            for (int j = 0; j < NL; j++) raw_to_f32<KT, VEC>(kr[u][j], &kf[j * VEC]);
+            const bool valid = base + u * NW * GROUPS + grp < c1;
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                float acc = 0.f;
+#pragma unroll
+                for (int i = 0; i < E; i++) acc = fmaf(q[r][i], kf[i], acc);
+#pragma unroll
+                for (int off = T / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+                s[u][r] = valid ? acc : -INFINITY;
             }
         }
 #pragma unroll
         for (int r = 0; r < RT; r++) {
-            float s[U], smax = m[r];
+            float smax = m[r];
+#pragma unroll
+            for (int u = 0; u < U; u++) smax = fmaxf(smax, s[u][r]);
+            const float alpha = fdec_weight2(m[r], smax);
+            float psum = 0.f;
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                float acc = 0.f;
-#pragma unroll
-                for (int i = 0; i < E; i++) acc = fmaf(q[r][i], kx[u][i], acc);
-#pragma unroll
-                for (int off = T / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-                s[u] = valid[u] ? acc : -INFINITY;
-                smax = fmaxf(smax, s[u]);
-            }
-            const float alpha = m[r] == -INFINITY ? 0.f : exp2f(m[r] - smax);
-            float psum = 0.f, pw[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                pw[u] = valid[u] ? exp2f(s[u] - smax) : 0.f;
-                psum += pw[u];
+                s[u][r] = s[u][r] == -INFINITY ? 0.f : exp2f(s[u][r] - smax); /* now the weight */
+                psum += s[u][r];
             }
             l[r] = l[r] * alpha + psum;
             m[r] = smax;
 #pragma unroll
-            for (int i = 0; i < E; i++) {
-                float acc = o[r][i] * alpha;
-#pragma unroll
-                for (int u = 0; u < U; u++) acc = fmaf(pw[u], vx[u][i], acc);
-                o[r][i] = acc;
-            }
+            for (int i = 0; i < E; i++) o[r][i] *= alpha;
         }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float vf[E];
+#pragma unroll
+            for (int j = 0; j < NL; j++) raw_to_f32<KT, VEC>(vr[u][j], &vf[j * VEC]);
+#pragma unroll
+            for (int r = 0; r < RT; r++)
+#pragma unroll
+                for (int i = 0; i < E; i++) o[r][i] = fmaf(s[u][r], vf[i], o[r][i]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int j = 0; j < NL; j++) kr[u][j] = kn[u][j], vr[u][j] = vn[u][j];
     }
 
     /* merge the lane groups of a warp (same lin, different grp) */
@@ -172,79 +210,82 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32)
 #pragma unroll
         for (int r = 0; r < RT; r++) {
             float mo = __shfl_xor_sync(0xffffffffu, m[r], off), lo_ = __shfl_xor_sync(0xffffffffu, l[r], off);
-            float mn = fmaxf(m[r], mo); /* NaN travels in l and o, m stays ordered */
-            float wa = fdec_state_weight(m[r], mn), wb = fdec_state_weight(mo, mn);
+            float mn = fmaxf(m[r], mo);
+            float wa = fdec_weight2(m[r], mn), wb = fdec_weight2(mo, mn);
             l[r] = l[r] * wa + lo_ * wb;
 #pragma unroll
-            for (int i = 0; i < E; i++) {
-                float oo = __shfl_xor_sync(0xffffffffu, o[r][i], off);
-                o[r][i] = o[r][i] * wa + oo * wb;
-            }
+            for (int i = 0; i < E; i++) o[r][i] = o[r][i] * wa + __shfl_xor_sync(0xffffffffu, o[r][i], off) * wb;
             m[r] = mn;
         }
     }
 
-    /* merge the warps through shared memory and write the block's state */
+    /* merge the warps through shared memory and write the block's state (natural-log units) */
     extern __shared__ float smem[];
     float *sm_m = smem, *sm_l = smem + NW * RT, *sm_o = smem + 2 * NW * RT; /* sm_o: [NW][RT][Dr] */
     if (grp == 0) {
 #pragma unroll
         for (int r = 0; r < RT; r++) {
-            if (lin == 0) {
-                sm_m[warp * RT + r] = m[r];
-                sm_l[warp * RT + r] = l[r];
-            }
+            if (lin == 0) sm_m[warp * RT + r] = m[r], sm_l[warp * RT + r] = l[r];
 #pragma unroll
             for (int i = 0; i < E; i++) {
                 int d = elem(i);
-                if (D || d < Dr) sm_o[((size_t)warp * RT + r) * Dr + d] = o[r][i];
+                if (D || d < Dr) sm_o[(warp * RT + r) * Dr + d] = o[r][i];
             }
         }
     }
     __syncthreads();
     const float ln2 = 0.69314718055994531f;
     for (int idx = threadIdx.x; idx < nh * Dr; idx += NW * 32) {
-        int r = idx / Dr, d = idx % Dr;
-        float M = -INFINITY;
+        const int r = idx / Dr, d = idx - r * Dr;
+        float M = -INFINITY, L = 0.f, O = 0.f;
 #pragma unroll
         for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w * RT + r]);
-        float L = 0.f, O = 0.f;
 #pragma unroll
         for (int w = 0; w < NW; w++) {
-            float wt = sm_m[w * RT + r] == -INFINITY ? 0.f : exp2f(sm_m[w * RT + r] - M);
+            float wt = fdec_weight2(sm_m[w * RT + r], M);
             L += wt * sm_l[w * RT + r];
-            O += wt * sm_o[((size_t)w * RT + r) * Dr + d];
+            O += wt * sm_o[(w * RT + r) * Dr + d];
         }
-        size_t hc = (size_t)(h0 + r) * p.nc + chunk;
+        const size_t hc = (size_t)(h0 + r) * p.nc + chunk;
         p.part_o[hc * Dr + d] = O;
-        if (d == 0) {
-            p.part_m[hc] = M * ln2; /* back to natural log for the shared merge */
-            p.part_l[hc] = L;
-        }
+        if (d == 0) p.part_m[hc] = M * ln2, p.part_l[hc] = L;
     }
-}
 
-/* Merges the nc partial states of query head blockIdx.x (state.h) into out and lse. Dynamic shared memory:
- * nc floats of weights. */
-__global__ void fdec_combine_kernel(const fdec_cuda_params p) {
-    extern __shared__ float w[];
-    __shared__ float sh_M, sh_L;
-    const uint32_t h = blockIdx.x;
-    const float *pm = p.part_m + (size_t)h * p.nc, *pl = p.part_l + (size_t)h * p.nc;
-    if (threadIdx.x < 32) { /* the first warp finds the max and the weights */
+    /* the last block of this (tile, g) merges every chunk's state */
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&p.counters[g * gridDim.x + tile], 1u) == p.nc - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    float *sw = smem; /* [RT][nc] weights, then [RT] totals; the host sized smem for it */
+    float *sL = smem + RT * p.nc;
+    for (int r = warp; r < nh; r += NW) {
+        const size_t hbase = (size_t)(h0 + r) * p.nc;
         float M = -INFINITY, L = 0.f;
-        for (uint32_t c = threadIdx.x; c < p.nc; c += 32) M = fmaxf(M, pm[c]);
+        for (uint32_t c = lane; c < p.nc; c += 32) M = fmaxf(M, __ldcg(p.part_m + hbase + c));
+#pragma unroll
         for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-        for (uint32_t c = threadIdx.x; c < p.nc; c += 32) L += (w[c] = fdec_state_weight(pm[c], M)) * pl[c];
+        for (uint32_t c = lane; c < p.nc; c += 32) {
+            float w = fdec_state_weight(__ldcg(p.part_m + hbase + c), M);
+            sw[r * p.nc + c] = w;
+            L += w * __ldcg(p.part_l + hbase + c);
+        }
+#pragma unroll
         for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
-        if (threadIdx.x == 0) sh_M = M, sh_L = L;
+        if (lane == 0) {
+            sL[r] = L;
+            if (p.lse) p.lse[h0 + r] = fdec_state_lse(M, L);
+        }
     }
     __syncthreads();
-    const float inv = 1.f / sh_L;
-    for (uint32_t d = threadIdx.x; d < p.D; d += blockDim.x) {
+    for (int idx = threadIdx.x; idx < nh * Dr; idx += NW * 32) {
+        const int r = idx / Dr, d = idx - r * Dr;
+        const size_t hbase = (size_t)(h0 + r) * p.nc;
         float O = 0.f;
-        for (uint32_t c = 0; c < p.nc; c++) O += w[c] * p.part_o[((size_t)h * p.nc + c) * p.D + d];
-        fdec_store_any(p.out, (size_t)h * p.D + d, p.ot, O * inv);
+        for (uint32_t c = 0; c < p.nc; c++) O += sw[r * p.nc + c] * __ldcg(p.part_o + (hbase + c) * Dr + d);
+        fdec_store_any(p.out, (size_t)(h0 + r) * Dr + d, p.ot, O / sL[r]);
     }
-    if (threadIdx.x == 0 && p.lse) p.lse[h] = fdec_state_lse(sh_M, sh_L);
+    if (threadIdx.x == 0) p.counters[g * gridDim.x + tile] = 0; /* ready for the next call */
 }

@@ -25,8 +25,10 @@ extern "C" {
 typedef struct {
     int device, sms;
     cudaStream_t stream;
-    float *scratch;
-    size_t cap; /* bytes */
+    float *scratch; /* [ccap counters][part_m, part_l, part_o], one allocation */
+    size_t ccap;    /* counters the scratch holds: they stay at its start, so a smaller call never writes
+                       partial states where a larger call's counters live */
+    size_t fcap;    /* floats of partial state after them */
 } cuda_impl;
 
 static fdec_status cuda_err(cudaError_t e, const char *what) {
@@ -67,7 +69,7 @@ static partial_fn pick_d(uint32_t D, int fast, int rt) {
 typedef struct {
     partial_fn fn;
     int rt, tiles, fast;
-    size_t smem;
+    size_t smem, pipe;
     fdec_split split;
 } launch_plan;
 
@@ -96,6 +98,8 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt); break;
     default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt); break;
     }
+    /* every fast shape's ring is the same size (4 loads a lane a step): take it from one of them */
+    lp.pipe = lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
     /* split: enough blocks for BLOCKS_PER_SM on every SM */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
     uint32_t lanes = (uint32_t)(c->sms * BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
@@ -104,24 +108,26 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     size_t states = 2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D;
     size_t merge = (size_t)lp.rt * (lp.split.num_chunks + 1);
     lp.smem = (states > merge ? states : merge) * sizeof(float);
+    if (lp.smem < lp.pipe) lp.smem = lp.pipe; /* the cp.async ring, reused by the merges after the loop */
     return lp;
 }
 
-/* Scratch: one counter per (KV head, head tile) (at most H), then m, l and o of every (head, chunk). */
-static size_t scratch_bytes(const fdec_problem *p, uint32_t nc) {
-    return (size_t)p->H * sizeof(unsigned) + (size_t)p->H * nc * (2 + (size_t)p->D) * sizeof(float);
-}
+/* Scratch a call needs: one counter per (KV head, head tile), at most H of them, and m, l and o of every (head,
+ * chunk). */
+static size_t state_floats(const fdec_problem *p, uint32_t nc) { return (size_t)p->H * nc * (2 + (size_t)p->D); }
 
-/* ---- backend ops ---- */
-
-static fdec_status ensure_scratch(cuda_impl *c, size_t bytes) {
-    if (bytes <= c->cap) return FDEC_OK;
+static fdec_status ensure_scratch(cuda_impl *c, size_t counters, size_t floats) {
+    if (counters <= c->ccap && floats <= c->fcap) return FDEC_OK;
+    counters = (counters + 3) / 4 * 4; /* keeps the states after them 16-byte aligned */
+    if (counters < c->ccap) counters = c->ccap;
+    if (floats < c->fcap) floats = c->fcap;
+    const size_t bytes = counters * sizeof(unsigned) + floats * sizeof(float);
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(c->stream, &cs);
     if (cs != cudaStreamCaptureStatusNone)
-        return fdec_set_error(FDEC_EINVAL, "the call needs %zu bytes of scratch but the context has %zu, and the "
-                                           "stream is being captured: call fdec_context_reserve before capture",
-                              bytes, c->cap);
+        return fdec_set_error(FDEC_EINVAL, "the call needs %zu bytes of scratch, more than the context has, and "
+                                           "the stream is being captured: call fdec_context_reserve before capture",
+                              bytes);
     float *s = NULL;
     cudaError_t e = cudaMalloc((void **)&s, bytes);
     if (e != cudaSuccess) {
@@ -135,7 +141,8 @@ static fdec_status ensure_scratch(cuda_impl *c, size_t bytes) {
     }
     if (c->scratch) cudaFree(c->scratch);
     c->scratch = s;
-    c->cap = bytes;
+    c->ccap = counters;
+    c->fcap = floats;
     return FDEC_OK;
 }
 
@@ -145,7 +152,7 @@ static fdec_status cuda_reserve(void *impl, const fdec_problem *p) {
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     launch_plan lp = make_plan(c, p, 0, 0);
     /* the split does not depend on alignment, only the kernel does */
-    return ensure_scratch(c, scratch_bytes(p, lp.split.num_chunks));
+    return ensure_scratch(c, p->H, state_floats(p, lp.split.num_chunks));
 }
 
 static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
@@ -155,15 +162,15 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     launch_plan lp = make_plan(c, p, (uint64_t)(uintptr_t)k, (uint64_t)(uintptr_t)v);
     const uint32_t nc = lp.split.num_chunks;
-    fdec_status st = ensure_scratch(c, scratch_bytes(p, nc));
+    fdec_status st = ensure_scratch(c, p->H, state_floats(p, nc));
     if (st) return st;
     fdec_cuda_params prm;
     memset(&prm, 0, sizeof prm);
     prm.q = q, prm.k = k, prm.v = v, prm.out = out, prm.lse = lse;
     prm.counters = (unsigned *)c->scratch;
-    prm.part_m = c->scratch + p->H;
+    prm.part_o = c->scratch + c->ccap; /* sizeof(unsigned) == sizeof(float); ccap is a multiple of 4 */
+    prm.part_m = prm.part_o + (size_t)p->H * nc * p->D;
     prm.part_l = prm.part_m + (size_t)p->H * nc;
-    prm.part_o = prm.part_l + (size_t)p->H * nc;
     prm.D = p->D, prm.H = p->H, prm.G = p->G, prm.R = p->R;
     prm.lo = lp.split.lo, prm.hi = lp.split.hi, prm.ring = p->ring, prm.ring_lo = p->ring ? p->lo % p->ring : 0;
     prm.nc = nc, prm.chunk_len = lp.split.chunk_len;
@@ -188,7 +195,7 @@ static void cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     info->num_chunks = lp.split.num_chunks;
     info->chunk_len = lp.split.chunk_len;
     info->grouped = 1;
-    info->scratch_bytes = scratch_bytes(p, lp.split.num_chunks);
+    info->scratch_bytes = p->H * sizeof(unsigned) + state_floats(p, lp.split.num_chunks) * sizeof(float);
     info->path = lp.fast ? "cuda-vec16" : "cuda-generic";
 }
 

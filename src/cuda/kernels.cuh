@@ -32,7 +32,7 @@ struct fdec_cuda_params {
     const void *q, *k, *v;
     void *out;
     float *lse;
-    float *part_m, *part_l, *part_o; /* [H][nc], [H][nc], [H][nc][D] */
+    float *part_m, *part_l, *part_o; /* [H][nc], [H][nc], [H][nc][D]; part_o 16-byte aligned */
     unsigned *counters;              /* [G][tiles], zero between calls */
     uint32_t D, H, G, R;
     uint32_t lo, hi, ring, ring_lo; /* attended [lo, hi); ring_lo = lo % ring */
@@ -66,8 +66,25 @@ struct fdec_shape {
     static constexpr int E = D ? D / T : FDEC_MAX_HEAD_DIM / 32;     /* elements per lane */
     static constexpr int NL = E / VEC;                               /* loads per row per lane */
     static constexpr int GROUPS = 32 / T;                            /* rows per warp at once */
-    static constexpr int U = E >= 16 ? 2 : 4;                        /* row sets per step */
+    static constexpr int U = NL >= 4 ? 1 : NL == 2 ? 2 : 4;          /* row sets per step: 4 loads a lane */
+    static constexpr bool ASYNC = D && VEC * sizeof(KT) == 16;      /* 16-byte rows: cp.async pipeline */
+    static constexpr int STAGES = 4;                                 /* steps in shared memory (3 in flight) */
 };
+
+/* Shared memory the cp.async pipeline needs per block: STAGES x U x NL x (K, V) x 16 bytes per thread. */
+template <typename KT, int D>
+constexpr size_t fdec_pipe_bytes() {
+    using S = fdec_shape<KT, D>;
+    return S::ASYNC ? (size_t)S::STAGES * S::U * S::NL * 2 * 16 * FDEC_CUDA_WARPS * 32 : 0;
+}
+
+__device__ __forceinline__ void fdec_cp_async16(void *smem, const void *gmem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void fdec_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void fdec_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /* A load's worth of K/V kept as it came from memory (converted to f32 only when used: half the registers). */
 template <typename KT, int VEC>
@@ -121,46 +138,23 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
     const uint32_t step = NW * GROUPS * U;
 
-    /* loads the rows of the step at `base` (positions base + u*NW*GROUPS + grp); invalid rows read nothing */
-    auto load_step = [&](uint64_t base, raw_t (&kr)[U][NL], raw_t (&vr)[U][NL]) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            uint64_t t = base + u * NW * GROUPS + grp; /* 64 bits: seq_len may be near 2^32 */
-            bool valid = t < c1;
-            uint32_t row = valid ? (uint32_t)t : p.lo;
-            if (p.ring) { /* t - lo < ring, so one conditional subtraction maps it */
-                row = p.ring_lo + (uint32_t)(valid ? t - p.lo : 0);
-                if (row >= p.ring) row -= p.ring;
-            }
-            const KT *kp = kbase + (size_t)row * p.ps, *vp = vbase + (size_t)row * p.ps;
-#pragma unroll
-            for (int j = 0; j < NL; j++) {
-                int d = lin * VEC + j * T * VEC;
-                if (valid && (D || d < Dr)) {
-                    kr[u][j] = __ldg(reinterpret_cast<const raw_t *>(kp + d));
-                    vr[u][j] = __ldg(reinterpret_cast<const raw_t *>(vp + d));
-                } else {
-                    memset(&kr[u][j], 0, sizeof(raw_t));
-                    memset(&vr[u][j], 0, sizeof(raw_t));
-                }
-            }
-        }
+    /* row of position t (t < c1) in the cache */
+    auto row_of = [&](uint64_t t) -> uint32_t {
+        if (!p.ring) return (uint32_t)t;
+        uint32_t row = p.ring_lo + (uint32_t)(t - p.lo); /* t - lo < ring: one conditional subtraction */
+        return row >= p.ring ? row - p.ring : row;
     };
+    auto valid_at = [&](uint64_t base, int u) { return base + u * NW * GROUPS + grp < c1; };
 
-    raw_t kr[U][NL], vr[U][NL];
-    const uint64_t first = (uint64_t)c0 + warp * GROUPS; /* warp-uniform loop: the shuffles need every lane */
-    if (first < c1) load_step(first, kr, vr);
-    for (uint64_t base = first; base < c1; base += step) {
-        raw_t kn[U][NL], vn[U][NL];
-        if (base + step < c1) load_step(base + step, kn, vn); /* next step's rows fly while this one computes */
-
+    /* the online-softmax update for one step's rows, given as raw loads (rows past c1 are masked) */
+    auto compute_step = [&](uint64_t base, const raw_t (&kr)[U][NL], const raw_t (&vr)[U][NL]) {
         float s[U][RT];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             float kf[E];
 #pragma unroll
             for (int j = 0; j < NL; j++) raw_to_f32<KT, VEC>(kr[u][j], &kf[j * VEC]);
-            const bool valid = base + u * NW * GROUPS + grp < c1;
+            const bool valid = valid_at(base, u);
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 float acc = 0.f;
@@ -190,6 +184,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
+            if (!valid_at(base, u)) continue; /* its V was never loaded */
             float vf[E];
 #pragma unroll
             for (int j = 0; j < NL; j++) raw_to_f32<KT, VEC>(vr[u][j], &vf[j * VEC]);
@@ -198,10 +193,92 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
 #pragma unroll
                 for (int i = 0; i < E; i++) o[r][i] = fmaf(s[u][r], vf[i], o[r][i]);
         }
+    };
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint64_t first = (uint64_t)c0 + warp * GROUPS; /* warp-uniform loop: the shuffles need every lane */
+    if constexpr (S::ASYNC) {
+        /* STAGES-deep ring of steps in shared memory, filled by cp.async; a lane reads back only the 16-byte
+         * pieces it copied itself, so waiting for its own copies is all the synchronisation needed */
+        uint4 *ring = reinterpret_cast<uint4 *>(smem_raw);
+        auto slot = [&](int stage, int u, int j, int kv) -> uint4 * {
+            return ring + ((((stage * U + u) * NL + j) * 2 + kv) * (NW * 32) + threadIdx.x);
+        };
+        auto issue = [&](uint64_t base, int stage) {
 #pragma unroll
-        for (int u = 0; u < U; u++)
+            for (int u = 0; u < U; u++) {
+                if (!valid_at(base, u)) continue;
+                const uint32_t row = row_of(base + u * NW * GROUPS + grp);
+                const KT *kp = kbase + (size_t)row * p.ps, *vp = vbase + (size_t)row * p.ps;
 #pragma unroll
-            for (int j = 0; j < NL; j++) kr[u][j] = kn[u][j], vr[u][j] = vn[u][j];
+                for (int j = 0; j < NL; j++) {
+                    const int d = lin * VEC + j * T * VEC;
+                    fdec_cp_async16(slot(stage, u, j, 0), kp + d);
+                    fdec_cp_async16(slot(stage, u, j, 1), vp + d);
+                }
+            }
+        };
+        constexpr int SG = S::STAGES;
+        static_assert(S::U * S::NL == 4, "the host sizes every ring for 4 loads a lane a step");
+#pragma unroll
+        for (int st = 0; st < SG - 1; st++) { /* prologue: the first SG-1 steps */
+            uint64_t b = first + (uint64_t)st * step;
+            if (b < c1) issue(b, st);
+            fdec_cp_async_commit();
+        }
+        int stage = 0;
+        for (uint64_t base = first; base < c1; base += step) {
+            const uint64_t ahead = base + (uint64_t)(SG - 1) * step;
+            if (ahead < c1) issue(ahead, (stage + SG - 1) % SG);
+            fdec_cp_async_commit();                 /* one group per step, empty or not */
+            fdec_cp_async_wait<SG - 1>();           /* this step's group has landed */
+            raw_t kr[U][NL], vr[U][NL];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const bool valid = valid_at(base, u); /* rows past c1 were not copied: do not read them */
+#pragma unroll
+                for (int j = 0; j < NL; j++) {
+                    kr[u][j] = valid ? *reinterpret_cast<const raw_t *>(slot(stage, u, j, 0)) : raw_t{};
+                    vr[u][j] = valid ? *reinterpret_cast<const raw_t *>(slot(stage, u, j, 1)) : raw_t{};
+                }
+            }
+            compute_step(base, kr, vr);
+            stage = stage + 1 == SG ? 0 : stage + 1;
+        }
+        fdec_cp_async_wait<0>();
+        __syncthreads(); /* the ring's memory is reused below */
+    } else {
+        /* scalar loads into registers, the next step's loads issued before this step computes */
+        auto load_step = [&](uint64_t base, raw_t (&kr)[U][NL], raw_t (&vr)[U][NL]) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const bool valid = valid_at(base, u);
+                const uint32_t row = valid ? row_of(base + u * NW * GROUPS + grp) : 0;
+                const KT *kp = kbase + (size_t)row * p.ps, *vp = vbase + (size_t)row * p.ps;
+#pragma unroll
+                for (int j = 0; j < NL; j++) {
+                    const int d = lin * VEC + j * T * VEC;
+                    if (valid && (D || d < Dr)) {
+                        kr[u][j] = __ldg(reinterpret_cast<const raw_t *>(kp + d));
+                        vr[u][j] = __ldg(reinterpret_cast<const raw_t *>(vp + d));
+                    } else {
+                        memset(&kr[u][j], 0, sizeof(raw_t));
+                        memset(&vr[u][j], 0, sizeof(raw_t));
+                    }
+                }
+            }
+        };
+        raw_t kr[U][NL], vr[U][NL];
+        if (first < c1) load_step(first, kr, vr);
+        for (uint64_t base = first; base < c1; base += step) {
+            raw_t kn[U][NL], vn[U][NL];
+            if (base + step < c1) load_step(base + step, kn, vn);
+            compute_step(base, kr, vr);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int j = 0; j < NL; j++) kr[u][j] = kn[u][j], vr[u][j] = vn[u][j];
+        }
     }
 
     /* merge the lane groups of a warp (same lin, different grp) */
@@ -220,7 +297,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
     }
 
     /* merge the warps through shared memory and write the block's state (natural-log units) */
-    extern __shared__ float smem[];
+    float *smem = reinterpret_cast<float *>(smem_raw);
     float *sm_m = smem, *sm_l = smem + NW * RT, *sm_o = smem + 2 * NW * RT; /* sm_o: [NW][RT][Dr] */
     if (grp == 0) {
 #pragma unroll
@@ -280,12 +357,24 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         }
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < nh * Dr; idx += NW * 32) {
-        const int r = idx / Dr, d = idx - r * Dr;
+    /* out = sum_c w_c o_c / L; the chunks' loads are unrolled so that many are in flight (L2 latency, not
+     * bandwidth, is what this costs), four elements at a time where rows allow 16-byte loads */
+    constexpr int W = D && D % 4 == 0 ? 4 : 1;
+    for (int idx = threadIdx.x; idx < nh * Dr / W; idx += NW * 32) {
+        const int r = idx / (Dr / W), d = (idx - r * (Dr / W)) * W;
         const size_t hbase = (size_t)(h0 + r) * p.nc;
-        float O = 0.f;
-        for (uint32_t c = 0; c < p.nc; c++) O += sw[r * p.nc + c] * __ldcg(p.part_o + (hbase + c) * Dr + d);
-        fdec_store_any(p.out, (size_t)(h0 + r) * Dr + d, p.ot, O / sL[r]);
+        float O[W] = {};
+#pragma unroll 8
+        for (uint32_t c = 0; c < p.nc; c++) {
+            const float w = sw[r * p.nc + c];
+            const float *src = p.part_o + (hbase + c) * Dr + d;
+            if constexpr (W == 4) {
+                const float4 x = __ldcg(reinterpret_cast<const float4 *>(src));
+                O[0] += w * x.x, O[1] += w * x.y, O[2] += w * x.z, O[3] += w * x.w;
+            } else O[0] += w * __ldcg(src);
+        }
+#pragma unroll
+        for (int k = 0; k < W; k++) fdec_store_any(p.out, (size_t)(h0 + r) * Dr + d + k, p.ot, O[k] / sL[r]);
     }
     if (threadIdx.x == 0) p.counters[g * gridDim.x + tile] = 0; /* ready for the next call */
 }

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Build, test and benchmark the CUDA backend on a GPU machine in one go (the device tool runs it there).
-#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [peer]      (no argument: all of them)
+#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [split] [peer]      (no argument: all of them)
 # Logs and JSON go to $OUT (the device tool's output folder) or bench/results.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
-stages=${*:-build test sanitize bench peer}
+stages=${*:-build test sanitize bench split peer}
 has() { [[ " $stages " == *" $1 "* ]]; }
 rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
@@ -31,6 +31,13 @@ fi
 if has bench; then
   timeout 200 ./build/flashdec bench --backend cuda --ctx 1024,4096,32768,131072 --reps 10 --json "$OUT/cuda-bench.json" \
     2>&1 | tee "$OUT/bench-cuda.log" || rc=1
+fi
+if has split; then # the shortest-chunk rule at short contexts (bench/NOTES.md)
+  for mc in 128 512; do
+    echo "FDEC_CUDA_MIN_CHUNK=$mc"
+    FDEC_CUDA_MIN_CHUNK=$mc timeout 100 ./build/flashdec bench --backend cuda --ctx 1024,4096 --reps 10 --no-check \
+      2>&1 | tail -10 | tee -a "$OUT/bench-cuda-split.log"
+  done
 fi
 if has peer; then
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1

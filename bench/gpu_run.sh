@@ -22,7 +22,7 @@ if has test; then
 fi
 if has sanitize; then
   for tool in memcheck racecheck; do
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/run_tests --cuda --configs 12 \
+    timeout 110 compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/run_tests --cuda --configs 12 \
       > "$OUT/sanitize-$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitize-$tool.log") clean summaries)"
     grep -E 'ERROR SUMMARY|passed, ' "$OUT/sanitize-$tool.log" | tail -2

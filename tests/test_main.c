@@ -372,13 +372,14 @@ static void test_bad_input(void) {
 #undef BAD
     /* buffers big enough for the good layer at seq_len 10; on CUDA q, k, v (and the good call's out) are on the
      * device, and out / lse of the table stay on the host, where "untouched" is checked */
-    uint16_t *q = calloc(8 * 64 + 1, 2), *k = calloc(10 * 2 * 64 + 1, 2), *v = calloc(10 * 2 * 64, 2);
+    float *q = calloc(8 * 64, 4); /* the good layer's q is f32 */
+    uint16_t *k = calloc(10 * 2 * 64 + 1, 2), *v = calloc(10 * 2 * 64, 2);
     void *dq = q, *dk = k, *dv = v, *dout = NULL;
     unsigned char out[8 * 64 * 4], lse[8 * 4];
     if (g_cuda) {
-        dq = fd_dev_alloc(8 * 64 * 2 + 16), dk = fd_dev_alloc(10 * 2 * 64 * 2 + 16), dv = fd_dev_alloc(10 * 2 * 64 * 2);
+        dq = fd_dev_alloc(8 * 64 * 4), dk = fd_dev_alloc(10 * 2 * 64 * 2 + 16), dv = fd_dev_alloc(10 * 2 * 64 * 2);
         dout = fd_dev_alloc(sizeof out + sizeof lse);
-        fd_h2d(dq, q, 8 * 64 * 2), fd_h2d(dk, k, 10 * 2 * 64 * 2), fd_h2d(dv, v, 10 * 2 * 64 * 2);
+        fd_h2d(dq, q, 8 * 64 * 4), fd_h2d(dk, k, 10 * 2 * 64 * 2), fd_h2d(dv, v, 10 * 2 * 64 * 2);
     }
     for (int i = 0; i < n; i++) {
         bad_case *bc = &cases[i];

@@ -14,9 +14,10 @@ extern "C" {
 }
 #include "kernels.cuh"
 
-/* The split aims at one full wave: as many blocks as fit on every SM at once (the occupancy calculator's
- * answer for the kernel, its registers and its shared memory), and at least this many. */
-#define MIN_BLOCKS_PER_SM 2
+/* Blocks per SM the split aims at. Two is measured best on the H200 at long contexts: the occupancy
+ * calculator's three (for 138-register kernels) gave 50 chunks instead of 33 and ran 131k contexts 20-30%
+ * slower (bench/NOTES.md, runs 4 and 5). */
+#define BLOCKS_PER_SM 2
 /* Shortest chunk: one step of a block (4 warps x up to 8 rows), below which blocks only add merge work.
  * FDEC_CUDA_MIN_CHUNK overrides it, for benchmarking the split (bench/NOTES.md). */
 #define MIN_CHUNK 32
@@ -70,7 +71,7 @@ static partial_fn pick_d(uint32_t D, int fast, int rt) {
 
 typedef struct {
     partial_fn fn;
-    int rt, tiles, fast, blocks_per_sm;
+    int rt, tiles, fast;
     size_t smem, pipe;
     fdec_split split;
 } launch_plan;
@@ -102,19 +103,9 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     }
     /* every fast shape's ring is the same size (4 loads a lane a step): take it from one of them */
     lp.pipe = lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
-    /* split: one full wave of blocks. The shared memory is not known before the split (the merge's part grows
-     * with the chunks), so occupancy is asked for the ring and the warps' states, the larger part. */
-    size_t smem0 = (2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D) * sizeof(float);
-    if (smem0 < lp.pipe) smem0 = lp.pipe;
-    if (smem0 > 48 * 1024) cudaFuncSetAttribute((const void *)lp.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)(smem0 + FDEC_CUDA_MAX_CHUNKS * 8 * sizeof(float)));
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, lp.fn, FDEC_CUDA_WARPS * 32, smem0) != cudaSuccess)
-        cudaGetLastError(), per_sm = 0;
-    if (per_sm < MIN_BLOCKS_PER_SM) per_sm = MIN_BLOCKS_PER_SM;
-    lp.blocks_per_sm = per_sm;
+    /* split: BLOCKS_PER_SM blocks for every SM (one wave at the occupancy of the common shapes) */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
-    uint32_t lanes = (uint32_t)(c->sms * per_sm + per_chunk_blocks - 1) / per_chunk_blocks;
+    uint32_t lanes = (uint32_t)(c->sms * BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
     lp.split = fdec_make_split(p, lanes, c->min_chunk, MAX_CHUNKS);
     /* shared memory: the warps' states [2 + D] per head, or the merge's weights [nc + 1] per head */
     size_t states = 2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D;

@@ -66,8 +66,11 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
         float sums[NACC];
         vreduce_all(acc, sums);
         const uint32_t np = nb - j0 < P ? nb - j0 : P;
-        for (uint32_t h = 0; h < HT; h++)
-            for (uint32_t p = 0; p < np; p++) sT[(size_t)h * NB + j0 + p] = sums[h * P + p];
+        for (uint32_t h = 0; h < HT; h++) {
+            if (np == P) memcpy(sT + (size_t)h * NB + j0, sums + h * P, P * sizeof(float)); /* one vector move */
+            else
+                for (uint32_t p = 0; p < np; p++) sT[(size_t)h * NB + j0 + p] = sums[h * P + p];
+        }
     }
 }
 

@@ -95,7 +95,7 @@ demo: all
 
 bench: all
 	@mkdir -p bench/results
-	./$(BUILD)/flashdec bench --preset all --ctx 1024,4096,32768,131072 --reps 7 \
+	./$(BUILD)/flashdec bench --preset all --ctx 1024,4096,32768,131072 --threads 1,2 --reps 7 \
 	    --json bench/results/cpu-$(shell date +%Y-%m-%d).json
 
 install: all

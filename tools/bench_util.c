@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -58,8 +59,8 @@ int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, f
     pr->kv_elems = (rows - 1) * p->ps + (G - 1) * p->hs + D;
     size_t qn = (size_t)p->H * D, es = fdec_dtype_size(p->kvt);
     pr->q = malloc(qn * fdec_dtype_size(p->qt));
-    pr->k = malloc(pr->kv_elems * es);
-    pr->v = malloc(pr->kv_elems * es);
+    pr->k = fd_alloc_kv(pr->kv_elems * es);
+    pr->v = fd_alloc_kv(pr->kv_elems * es);
     if (!pr->q || !pr->k || !pr->v) return fd_problem_free(pr), -1;
     for (size_t i = 0; i < qn; i++) fdec_store_elem(pr->q, i, p->qt, (float)(amp * (2 * fd_uniform(rng) - 1)));
     fill_nan(pr->k, pr->kv_elems, p->kvt);
@@ -73,6 +74,16 @@ int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, f
             }
         }
     return 0;
+}
+
+void *fd_alloc_kv(size_t bytes) {
+    void *p = NULL;
+    const size_t huge = (size_t)2 << 20;
+    if (posix_memalign(&p, huge, bytes ? bytes : 1)) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= huge && getenv("FDEC_BENCH_HUGEPAGES")) madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 void fd_problem_free(fd_problem *pr) {

@@ -40,6 +40,10 @@ int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, f
                     fd_rng *rng);
 void fd_problem_free(fd_problem *pr);
 
+/* Memory for a K or V cache: 2 MiB aligned; with FDEC_BENCH_HUGEPAGES set, backed by transparent huge pages
+ * where the kernel allows (madvise), as engines that allocate their caches that way get. free() releases it. */
+void *fd_alloc_kv(size_t bytes);
+
 /* The reference for a problem: out [H*D], lse [H], and pr->max_logit. */
 void fd_reference(fd_problem *pr, double *out, double *lse);
 

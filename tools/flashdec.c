@@ -141,8 +141,8 @@ static int time_case(const preset *ps, uint32_t L, uint32_t threads, const bench
     ks[0] = pr.k;
     vs[0] = pr.v;
     for (int i = 1; i < ncopy; i++) {
-        ks[i] = malloc(kvb);
-        vs[i] = malloc(kvb);
+        ks[i] = fd_alloc_kv(kvb);
+        vs[i] = fd_alloc_kv(kvb);
         if (!ks[i] || !vs[i]) {
             ncopy = i;
             break;

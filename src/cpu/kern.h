@@ -175,6 +175,15 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
     uint64_t row = a->ring ? (t) % a->ring : (t);                                                               \
     uint64_t nb = t1 - (t) < NB ? t1 - (t) : NB;                                                                \
     if (a->ring && a->ring - row < nb) nb = a->ring - row;
+    { /* the chunk's first block has no block before it to prefetch it: ask for all its rows at once */
+        BLOCK_AT(t0, row, nb)
+        for (uint32_t g = 0; g < a->G; g++)
+            for (uint64_t j = 0; j < nb; j++) {
+                const size_t off = (row + j) * rstride + g * hstride;
+                prefetch_row((const char *)a->k + off, D * fdec_dtype_size(T));
+                prefetch_row((const char *)a->v + off, D * fdec_dtype_size(T));
+            }
+    }
     for (uint64_t t = t0; t < t1;) {
         BLOCK_AT(t, row, nb)
         const uint64_t tp = t + nb + (FDEC_CPU_PF_BLOCKS - 1) * NB; /* the block to prefetch */

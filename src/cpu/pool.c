@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
@@ -16,8 +17,10 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* Spin iterations before a worker sleeps: about 50 us of pause instructions on current x86 cores. */
-#define SPIN_ITERS 2000
+/* How long a worker spins for the next run before it sleeps. A futex wake-up costs tens of microseconds on the
+ * VMs measured here, as much as a whole 1k-context call, while the next layer's call usually comes within
+ * this (bench/NOTES.md). Counted in time, not iterations: a pause lasts 8 to 140 cycles across x86 cores. */
+#define SPIN_NS 300000
 
 struct fdec_pool {
     uint32_t nworkers;
@@ -48,14 +51,21 @@ static void drain(fdec_pool *p, uint32_t gen) {
     }
 }
 
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void *worker(void *arg) {
     fdec_pool *p = arg;
     uint32_t seen = 0;
     for (;;) {
         uint32_t gen;
-        int spins = 0;
+        unsigned spins = 0;
+        int64_t until = now_ns() + SPIN_NS;
         while ((gen = (uint32_t)(atomic_load(&p->ticket) >> 32)) == seen && !atomic_load(&p->quit)) {
-            if (++spins < SPIN_ITERS) {
+            if (++spins % 64 || now_ns() < until) {
                 CPU_RELAX();
                 continue;
             }

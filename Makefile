@@ -78,8 +78,18 @@ $(BUILD)/readme_example.c: README.md
 $(BUILD)/readme_example: $(BUILD)/readme_example.c $(BUILD)/libflashdec.a
 	$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude -o $@ $< $(BUILD)/libflashdec.a $(LDLIBS)
 
-test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example
-	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example
+# `make install` into a staging folder, then the README example built through pkg-config against it, as a
+# user of the installed library would.
+$(BUILD)/stage/readme_example: $(BUILD)/readme_example.c all
+	@command -v pkg-config > /dev/null || (apt-get update -qq && apt-get install -y -qq pkg-config)
+	@rm -rf $(BUILD)/stage
+	$(MAKE) --no-print-directory install PREFIX=$(CURDIR)/$(BUILD)/stage > /dev/null
+	PKG_CONFIG_PATH=$(CURDIR)/$(BUILD)/stage/lib/pkgconfig; export PKG_CONFIG_PATH; \
+	  $(CC) -std=c11 -Wall -Wextra -Werror -o $@ $< `pkg-config --cflags --libs flashdec`
+
+test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme_example
+	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example \
+	    --readme-example ./$(BUILD)/stage/readme_example
 
 # The same suite on the CUDA backend (needs an NVIDIA GPU; prints a skip line without one), then
 # compute-sanitizer memcheck and racecheck over a subset when the tool is there.
@@ -102,7 +112,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/flashdec $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/flashdec.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libflashdec.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libflashdec.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libflashdec.so $(DESTDIR)$(PREFIX)/lib/libflashdec.so.0
+	ln -sf libflashdec.so.0 $(DESTDIR)$(PREFIX)/lib/libflashdec.so
 	install -m 755 $(BUILD)/flashdec $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBS@|$(LDLIBS)|g' packaging/flashdec.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashdec.pc
 	sed -e 's|@LIBS@|$(LDLIBS)|g' packaging/flashdecConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/flashdec/flashdecConfig.cmake

@@ -644,11 +644,12 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* line by line, also into a pipe */
     uint64_t seed = 0x5eed;
     int configs = 1100;
-    const char *readme = NULL;
+    const char *readme[4] = {NULL};
+    int nreadme = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--configs") && i + 1 < argc) configs = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--readme-example") && i + 1 < argc) readme = argv[++i];
+        else if (!strcmp(argv[i], "--readme-example") && i + 1 < argc && nreadme < 4) readme[nreadme++] = argv[++i];
         else if (!strcmp(argv[i], "--quick")) configs = 100;
         else if (!strcmp(argv[i], "--cuda")) g_cuda = 1;
         else {
@@ -679,7 +680,7 @@ int main(int argc, char **argv) {
         test_concurrency();
     }
     test_sweep(pc, npc, configs, seed);
-    test_readme_example(readme);
+    for (int i = 0; i < nreadme; i++) test_readme_example(readme[i]);
     if (!g_cuda)
         printf("CUDA tests: skipped here (%s)\n", fdec_backend_available(FDEC_BACKEND_CUDA)
                                                      ? "CUDA compiled in; `make test-cuda` runs them on a GPU machine"

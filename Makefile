@@ -40,7 +40,7 @@ FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib test test-cuda demo bench install clean
+.PHONY: all lib test test-cuda test-python demo bench install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/simd.h $(HDRS)
@@ -90,6 +90,20 @@ $(BUILD)/stage/readme_example: $(BUILD)/readme_example.c all
 test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme_example
 	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example \
 	    --readme-example ./$(BUILD)/stage/readme_example
+	$(MAKE) --no-print-directory test-python
+
+# The Python package: a virtual environment in build/venv with numpy, ml_dtypes and pytest from PyPI, the
+# package installed into it with pip from this checkout, and its tests.
+VENV := $(BUILD)/venv
+$(VENV)/bin/pytest:
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q numpy ml_dtypes pytest
+
+test-python: $(BUILD)/libflashdec.so $(VENV)/bin/pytest
+	$(VENV)/bin/pip install -q --no-deps --force-reinstall .
+	cd tests/python && ../../$(VENV)/bin/python -m pytest -q -rs .
+	cd /tmp && $(CURDIR)/$(VENV)/bin/python $(CURDIR)/examples/decode_loop.py --steps 200
 
 # The same suite on the CUDA backend (needs an NVIDIA GPU; prints a skip line without one), then
 # compute-sanitizer memcheck and racecheck over a subset when the tool is there.

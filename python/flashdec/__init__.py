@@ -1,0 +1,298 @@
+"""flashdec: decode attention over a KV cache, on numpy arrays and torch tensors (CPU and CUDA), zero-copy.
+
+    out = flashdec.decode(q, k, v)                   # q [H, D]; k, v [rows, G, D] (or any strided view)
+    out, lse = flashdec.decode(q, k, v, window=1024, ring_capacity=1024, seq_len=n, return_lse=True)
+
+For every query head h with KV head g = h // (H // G), over positions [lo, seq_len) where
+lo = max(0, seq_len - window) when window > 0:
+
+    out[h] = softmax(scale * q[h] . K[t][g]) @ V[t][g],   lse[h] = log(sum_t exp(scale * q[h] . K[t][g]))
+
+Position t lives in row t (or t % ring_capacity with a ring). numpy arrays and CPU torch tensors run on the
+CPU backend; CUDA torch tensors run on the CUDA backend on torch's current stream, without a copy or a
+synchronisation. The library checks everything: bad input raises ValueError (or TypeError for a wrong type)
+with the library's own message, and nothing is written to `out` then.
+"""
+import ctypes as _C
+import os as _os
+import threading as _threading
+
+__all__ = ["decode", "plan", "info", "Layer", "FlashdecError", "library_path"]
+__version__ = "0.1.0"
+
+_F32, _F16, _BF16 = 0, 1, 2
+_CPU, _CUDA = 0, 1
+_STATUS = {0: "ok", 1: "invalid argument", 2: "unsupported", 3: "out of memory", 4: "backend error"}
+
+
+class FlashdecError(RuntimeError):
+    """A failure of the library that is not the caller's input (out of memory, a CUDA error)."""
+
+
+class _LayerC(_C.Structure):
+    _fields_ = [("head_dim", _C.c_uint32), ("num_q_heads", _C.c_uint32), ("num_kv_heads", _C.c_uint32),
+                ("scale", _C.c_float), ("window", _C.c_uint32), ("ring_capacity", _C.c_uint32),
+                ("q_dtype", _C.c_int), ("kv_dtype", _C.c_int), ("out_dtype", _C.c_int),
+                ("kv_pos_stride", _C.c_size_t), ("kv_head_stride", _C.c_size_t)]
+
+
+class _OptionsC(_C.Structure):
+    _fields_ = [("threads", _C.c_uint32), ("cpu_path", _C.c_int), ("parallel_for", _C.c_void_p),
+                ("parallel_user", _C.c_void_p), ("cuda_device", _C.c_int), ("cuda_stream", _C.c_void_p)]
+
+
+class _PlanC(_C.Structure):
+    _fields_ = [("kv_start", _C.c_uint32), ("kv_end", _C.c_uint32), ("num_chunks", _C.c_uint32),
+                ("chunk_len", _C.c_uint32), ("grouped", _C.c_int), ("scratch_bytes", _C.c_size_t),
+                ("path", _C.c_char_p)]
+
+
+def library_path():
+    """The shared library this package loads: the one installed with it (FLASHDEC_LIBRARY overrides)."""
+    env = _os.environ.get("FLASHDEC_LIBRARY")
+    if env:
+        return env
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "_lib", "libflashdec.so")
+
+
+_lib = _C.CDLL(library_path())
+_lib.fdec_default_options.restype = _OptionsC
+_lib.fdec_context_create.argtypes = [_C.c_int, _C.POINTER(_OptionsC), _C.POINTER(_C.c_void_p)]
+_lib.fdec_context_destroy.argtypes = [_C.c_void_p]
+_lib.fdec_context_reserve.argtypes = [_C.c_void_p, _C.POINTER(_LayerC), _C.c_uint32]
+_lib.fdec_decode.argtypes = [_C.c_void_p, _C.POINTER(_LayerC), _C.c_uint32, _C.c_void_p, _C.c_void_p,
+                             _C.c_void_p, _C.c_void_p, _C.c_void_p]
+_lib.fdec_plan.argtypes = [_C.c_void_p, _C.POINTER(_LayerC), _C.c_uint32, _C.POINTER(_PlanC)]
+_lib.fdec_last_error.restype = _C.c_char_p
+_lib.fdec_status_string.restype = _C.c_char_p
+_lib.fdec_backend_available.argtypes = [_C.c_int]
+
+# the pointers of the last call handed to the library (for tests that assert zero-copy)
+_last_pointers = None
+
+
+def _check(status):
+    if status == 0:
+        return
+    msg = _lib.fdec_last_error().decode()
+    if status == 1:
+        raise ValueError(msg)
+    if status == 2:
+        raise TypeError(msg) if "dtype" in msg else FlashdecError(msg)
+    raise FlashdecError(f"{_STATUS.get(status, status)}: {msg}")
+
+
+# ---- arrays: numpy or torch, described the same way ----
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+def _dtype_code(x, what):
+    if _is_torch(x):
+        import torch
+        codes = {torch.float32: _F32, torch.float16: _F16, torch.bfloat16: _BF16}
+        code = codes.get(x.dtype)
+    else:
+        name = getattr(getattr(x, "dtype", None), "name", None)
+        code = {"float32": _F32, "float16": _F16, "bfloat16": _BF16}.get(name)
+    if code is None:
+        raise TypeError(f"{what} has dtype {getattr(x, 'dtype', type(x).__name__)}; flashdec takes float32, "
+                        f"float16 or bfloat16")
+    return code
+
+
+class _Arr:
+    """shape, element strides, data pointer, device of a numpy array or torch tensor."""
+
+    def __init__(self, x, what):
+        if _is_torch(x):
+            self.shape = tuple(x.shape)
+            self.strides = tuple(x.stride())
+            self.ptr = x.data_ptr()
+            self.cuda = x.is_cuda
+            self.device = x.device.index if x.is_cuda else None
+        elif hasattr(x, "__array_interface__"):
+            import numpy as np
+            if not isinstance(x, np.ndarray):
+                x = np.asarray(x)
+            item = x.dtype.itemsize
+            if any(s % item for s in x.strides):
+                raise ValueError(f"{what} has strides {x.strides} that are not whole elements")
+            self.shape = x.shape
+            self.strides = tuple(s // item for s in x.strides)
+            self.ptr = x.__array_interface__["data"][0]
+            self.cuda = False
+            self.device = None
+        else:
+            raise TypeError(f"{what} must be a numpy array or a torch tensor, not {type(x).__name__}")
+        self.dtype = _dtype_code(x, what)
+        self.obj = x
+
+
+def _layer_from(q, k, v, window, ring_capacity, scale, out_dtype):
+    if len(q.shape) != 2:
+        raise ValueError(f"q must be [num_q_heads, head_dim], got shape {q.shape}")
+    if len(k.shape) != 3 or len(v.shape) != 3:
+        raise ValueError(f"k and v must be [rows, num_kv_heads, head_dim] (any strides), got {k.shape} and {v.shape}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {k.shape} and {v.shape}")
+    if k.strides != v.strides:
+        raise ValueError(f"k and v must have the same strides, got {k.strides} and {v.strides}")
+    if k.dtype != v.dtype:
+        raise TypeError("k and v must have the same dtype")
+    H, D = q.shape
+    rows, G, Dk = k.shape
+    if Dk != D:
+        raise ValueError(f"head_dim of q ({D}) and of k ({Dk}) differ")
+    if q.strides != (D, 1) and H * D > 0:
+        raise ValueError(f"q must be contiguous [num_q_heads, head_dim], got strides {q.strides}")
+    if D > 1 and k.strides[2] != 1:
+        raise ValueError(f"the innermost (head_dim) dimension of k and v must be contiguous, got strides {k.strides}")
+    lay = _LayerC()
+    lay.head_dim, lay.num_q_heads, lay.num_kv_heads = D, H, G
+    lay.scale = 0.0 if scale is None else float(scale)
+    lay.window, lay.ring_capacity = int(window), int(ring_capacity)
+    lay.q_dtype, lay.kv_dtype, lay.out_dtype = q.dtype, k.dtype, out_dtype
+    # strides as the C API takes them: elements between rows and between heads (never negative)
+    if k.strides[0] < 0 or k.strides[1] < 0:
+        raise ValueError(f"k and v must not have negative strides, got {k.strides}")
+    if (rows > 1 and k.strides[0] == 0) or (G > 1 and k.strides[1] == 0):
+        raise ValueError(f"k and v rows or heads overlap (a zero stride, as from broadcasting): {k.strides}")
+    lay.kv_pos_stride = k.strides[0] if rows > 1 else (G * k.strides[1] if G > 1 else D)
+    lay.kv_head_stride = k.strides[1] if G > 1 else D
+    return lay
+
+
+# ---- contexts, one per (backend, device, stream, threads), reused ----
+
+_contexts = {}
+_ctx_lock = _threading.Lock()
+
+
+def _context(cuda, device, stream, threads):
+    key = (cuda, device, stream, threads, _threading.get_ident())
+    with _ctx_lock:
+        ctx = _contexts.get(key)
+        if ctx is None:
+            opts = _lib.fdec_default_options()
+            opts.threads = int(threads or 0)
+            if cuda:
+                opts.cuda_device = int(device or 0)
+                opts.cuda_stream = stream
+            ctx = _C.c_void_p()
+            _check(_lib.fdec_context_create(_CUDA if cuda else _CPU, _C.byref(opts), _C.byref(ctx)))
+            _contexts[key] = ctx
+        return ctx
+
+
+def _stream_of(a):
+    import torch
+    return torch.cuda.current_stream(a.obj.device).cuda_stream
+
+
+def _alloc_like(q, H, D):
+    if _is_torch(q.obj):
+        import torch
+        return torch.empty((H, D), dtype=q.obj.dtype, device=q.obj.device)
+    import numpy as np
+    return np.empty((H, D), dtype=q.obj.dtype)
+
+
+def _alloc_lse(q, H):
+    if _is_torch(q.obj):
+        import torch
+        return torch.empty((H,), dtype=torch.float32, device=q.obj.device)
+    import numpy as np
+    return np.empty((H,), dtype=np.float32)
+
+
+class Layer:
+    """One model layer's attention shape, for repeated calls without repeated set-up.
+
+        layer = flashdec.Layer(window=1024, ring_capacity=1024, scale=1.0, threads=2)
+        out = layer(q, k, v, seq_len=n)
+    """
+
+    def __init__(self, *, window=0, ring_capacity=0, scale=None, threads=None):
+        self.window, self.ring_capacity, self.scale, self.threads = window, ring_capacity, scale, threads
+
+    def __call__(self, q, k, v, *, seq_len=None, out=None, return_lse=False):
+        return decode(q, k, v, seq_len=seq_len, window=self.window, ring_capacity=self.ring_capacity,
+                      scale=self.scale, out=out, return_lse=return_lse, threads=self.threads)
+
+    def plan(self, q, k, v, *, seq_len=None):
+        return plan(q, k, v, seq_len=seq_len, window=self.window, ring_capacity=self.ring_capacity,
+                    scale=self.scale, threads=self.threads)
+
+
+def _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads):
+    qa, ka, va = _Arr(q, "q"), _Arr(k, "k"), _Arr(v, "v")
+    oa = _Arr(out, "out") if out is not None else None
+    devices = {x.cuda for x in (qa, ka, va) + ((oa,) if oa else ())}
+    if len(devices) != 1:
+        raise ValueError("q, k, v and out must all be on the CPU or all on a CUDA device")
+    cuda = devices.pop()
+    if cuda and len({x.device for x in (qa, ka, va) + ((oa,) if oa else ())}) != 1:
+        raise ValueError("q, k, v and out must be on the same CUDA device")
+    lay = _layer_from(qa, ka, va, window, ring_capacity, scale, oa.dtype if oa else qa.dtype)
+    H, D = qa.shape
+    if oa is not None and (oa.shape != (H, D) or oa.strides != (D, 1)):
+        raise ValueError(f"out must be a contiguous [{H}, {D}] array, got shape {oa.shape} strides {oa.strides}")
+    rows = ka.shape[0]
+    if seq_len is None:
+        if ring_capacity:
+            raise ValueError("seq_len is needed with a ring cache (the rows hold positions modulo ring_capacity)")
+        seq_len = rows
+    seq_len = int(seq_len)
+    if seq_len < 0 or seq_len >= 2 ** 32:
+        raise ValueError(f"seq_len ({seq_len}) must be in 1..4294967295")
+    needed = ring_capacity if ring_capacity else seq_len
+    if rows < needed:
+        raise ValueError(f"k and v hold {rows} rows but the call may read {needed} (seq_len {seq_len}, "
+                         f"ring_capacity {ring_capacity})")
+    stream = _stream_of(qa) if cuda else None
+    ctx = _context(cuda, qa.device, stream, threads)
+    return qa, ka, va, oa, lay, seq_len, ctx
+
+
+def decode(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, out=None, return_lse=False,
+           threads=None):
+    """Decode attention for one query token. Returns out [num_q_heads, head_dim] (and lse [num_q_heads] in
+    float32 when return_lse), allocated like q (numpy, or torch on q's device) unless `out` is given.
+
+    q: [num_q_heads, head_dim], contiguous. k, v: [rows, num_kv_heads, head_dim] with any row and head strides
+    (a transposed [num_kv_heads, rows, head_dim] view works without a copy); the innermost dimension contiguous.
+    seq_len: positions in the cache (default: rows). window: attend to the last `window` positions (0: all).
+    ring_capacity: rows of a ring cache (position t in row t % ring_capacity). scale: None means
+    1/sqrt(head_dim). threads: CPU worker threads (None: all CPUs)."""
+    global _last_pointers
+    qa, ka, va, oa, lay, seq_len, ctx = _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads)
+    H, D = qa.shape
+    result = out if out is not None else _alloc_like(qa, H, D)
+    lse = _alloc_lse(qa, H) if return_lse else None
+    ra = oa if oa is not None else _Arr(result, "out")
+    la = _Arr(lse, "lse").ptr if lse is not None else None
+    _last_pointers = (qa.ptr, ka.ptr, va.ptr, ra.ptr)
+    _check(_lib.fdec_decode(ctx, _C.byref(lay), seq_len, qa.ptr, ka.ptr, va.ptr, ra.ptr, la))
+    return (result, lse) if return_lse else result
+
+
+def plan(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, threads=None):
+    """The split decode() would use, as a dict: kv_start, kv_end, num_chunks, chunk_len, grouped,
+    scratch_bytes, path."""
+    qa, ka, va, oa, lay, seq_len, ctx = _prepare(q, k, v, seq_len, window, ring_capacity, scale, None, threads)
+    p = _PlanC()
+    _check(_lib.fdec_plan(ctx, _C.byref(lay), seq_len, _C.byref(p)))
+    return dict(kv_start=p.kv_start, kv_end=p.kv_end, num_chunks=p.num_chunks, chunk_len=p.chunk_len,
+                grouped=bool(p.grouped), scratch_bytes=p.scratch_bytes, path=p.path.decode() if p.path else "")
+
+
+def info():
+    """What this build and machine offer: version, library path, the CPU path and threads, CUDA."""
+    import numpy as np
+    q = np.zeros((1, 64), np.float32)
+    k = np.zeros((1, 1, 64), np.float16)
+    p = plan(q, k, k)
+    return dict(version=__version__, library=library_path(), cpu_path=p["path"], cpu_threads=_os.cpu_count(),
+                cuda_compiled=bool(_lib.fdec_backend_available(_CUDA)))

@@ -1,0 +1,28 @@
+"""Builds the C library with the project's Makefile and ships it inside the package (flashdec/_lib/)."""
+import os
+import shutil
+import subprocess
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class BuildWithLibrary(build_py):
+    def run(self):
+        jobs = str(max(1, os.cpu_count() or 1))
+        subprocess.check_call(["make", "-C", ROOT, "-j", jobs, "build/libflashdec.so"])
+        super().run()
+        dest = os.path.join(self.build_lib, "flashdec", "_lib")
+        os.makedirs(dest, exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, "build", "libflashdec.so"), os.path.join(dest, "libflashdec.so"))
+
+
+class BinaryDistribution(Distribution):
+    def has_ext_modules(self):  # the wheel carries a shared library: platform-specific
+        return True
+
+
+setup(cmdclass={"build_py": BuildWithLibrary}, distclass=BinaryDistribution)

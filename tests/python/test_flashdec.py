@@ -1,0 +1,190 @@
+"""The Python package against a numpy float64 reference: random shapes and every option, bad input, zero-copy,
+and torch (CPU here; CUDA where a GPU is present, compared with scaled_dot_product_attention)."""
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import flashdec
+
+BF16 = ml_dtypes.bfloat16
+TOL = {np.dtype(np.float32): 2e-5, np.dtype(np.float16): 2e-3, np.dtype(BF16): 1.6e-2}
+
+
+def reference(q, k, v, seq_len, window=0, ring=0, scale=None):
+    """float64 out [H, D] and lse [H] straight from the definition."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    H, D = q.shape
+    G = k.shape[1]
+    lo = max(0, seq_len - window) if window else 0
+    rows = [(t % ring) if ring else t for t in range(lo, seq_len)]
+    sc = 1 / math.sqrt(D) if scale is None else scale
+    out, lse = np.empty((H, D)), np.empty(H)
+    for h in range(H):
+        g = h // (H // G)
+        s = sc * (k[rows, g, :] @ q[h])
+        m = s.max()
+        w = np.exp(s - m)
+        out[h] = w @ v[rows, g, :] / w.sum()
+        lse[h] = m + math.log(w.sum())
+    return out, lse
+
+
+def rand(rng, shape, dtype, amp=1.0):
+    return (amp * rng.uniform(-1, 1, size=shape)).astype(dtype)
+
+
+def check(out, ref, dtype):
+    assert out.shape == ref.shape
+    err = np.abs(out.astype(np.float64) - ref).max()
+    assert err <= TOL[np.dtype(dtype)], f"max error {err}"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_shapes(seed):
+    rng = np.random.default_rng(seed)
+    D = int(rng.choice([1, 3, 16, 33, 64, 100, 128, 256, 512]))
+    G = int(rng.integers(1, 5))
+    R = int(rng.integers(1, 9))
+    H = G * R
+    qt, kt = rng.choice([np.float32, np.float16, BF16], size=2)
+    n = int(rng.integers(1, 700))
+    window = int(rng.choice([0, 0, max(1, n // 3), n, n + 5]))
+    ring = 0
+    rows, seq_len = n, n
+    if window and rng.random() < 0.5:
+        ring = window + int(rng.integers(0, 5))
+        rows, seq_len = ring, int(rng.integers(1, 10 * ring))
+    scale = [None, 1.0, 0.3][seed % 3]
+    q = rand(rng, (H, D), qt)
+    k = rand(rng, (rows, G, D), kt)
+    v = rand(rng, (rows, G, D), kt)
+    out, lse = flashdec.decode(q, k, v, seq_len=seq_len, window=window, ring_capacity=ring, scale=scale,
+                               return_lse=True, threads=int(rng.integers(1, 3)))
+    ref, ref_lse = reference(q, k, v, seq_len, window, ring, scale)
+    assert out.dtype == q.dtype and lse.dtype == np.float32
+    check(out, ref, q.dtype)
+    assert np.abs(lse - ref_lse).max() <= 1e-4 * (1 + np.abs(ref_lse).max())
+
+
+def test_head_major_view_is_zero_copy():
+    rng = np.random.default_rng(1)
+    G, L, D, H = 4, 300, 64, 16
+    kh = rand(rng, (G, L, D), np.float16)  # [kv_head][pos][dim], as many engines keep it
+    vh = rand(rng, (G, L, D), np.float16)
+    k, v = kh.transpose(1, 0, 2), vh.transpose(1, 0, 2)  # views, no copy
+    q = rand(rng, (H, D), np.float32)
+    out = flashdec.decode(q, k, v)
+    check(out, reference(q, k, v, L)[0], np.float32)
+    qp, kp, vp, _ = flashdec._last_pointers
+    assert kp == kh.__array_interface__["data"][0] and vp == vh.__array_interface__["data"][0]
+    assert qp == q.__array_interface__["data"][0]
+
+
+def test_out_is_written_in_place():
+    rng = np.random.default_rng(2)
+    q, k, v = rand(rng, (8, 32), np.float32), rand(rng, (50, 2, 32), np.float32), rand(rng, (50, 2, 32), np.float32)
+    out = np.full((8, 32), np.nan, dtype=np.float16)
+    res = flashdec.decode(q, k, v, out=out)
+    assert res is out and not np.isnan(out).any()
+    check(out, reference(q, k, v, 50)[0], np.float16)
+
+
+def test_layer_object_and_plan():
+    rng = np.random.default_rng(3)
+    layer = flashdec.Layer(window=64, ring_capacity=64, scale=1.0, threads=2)
+    q, k, v = rand(rng, (8, 256), np.float32), rand(rng, (64, 4, 256), np.float16), rand(rng, (64, 4, 256), np.float16)
+    for n in (1, 63, 64, 65, 1000, 4_000_000_000):
+        check(layer(q, k, v, seq_len=n), reference(q, k, v, n, 64, 64, 1.0)[0], np.float32)
+    p = layer.plan(q, k, v, seq_len=1000)
+    assert p["kv_start"] == 936 and p["kv_end"] == 1000 and p["grouped"] and p["num_chunks"] >= 1
+    assert p["chunk_len"] * p["num_chunks"] >= 64
+
+
+def test_info():
+    i = flashdec.info()
+    assert i["cpu_path"] in ("scalar", "avx2", "avx512") and i["library"].endswith("libflashdec.so")
+
+
+@pytest.mark.parametrize("case", [
+    "gqa", "head_dim", "dtype", "kv_dtype_mismatch", "innermost", "rows", "ring_without_seq_len",
+    "ring_smaller_than_window", "nan_scale", "out_shape", "list_input", "broadcast",
+])
+def test_bad_input_raises_and_leaves_out_untouched(case):
+    rng = np.random.default_rng(4)
+    q, k, v = rand(rng, (8, 64), np.float32), rand(rng, (40, 2, 64), np.float16), rand(rng, (40, 2, 64), np.float16)
+    out = np.full((8, 64), 7.0, dtype=np.float32)
+    kw = {}
+    if case == "gqa":
+        q = rand(rng, (7, 64), np.float32)
+        out = np.full((7, 64), 7.0, dtype=np.float32)
+        exc, msg = ValueError, "num_q_heads (7) must be a multiple of num_kv_heads (2)"
+    elif case == "head_dim":
+        q, k, v = (rand(rng, (8, 600), np.float32), rand(rng, (40, 2, 600), np.float16),
+                   rand(rng, (40, 2, 600), np.float16))
+        out = np.full((8, 600), 7.0, dtype=np.float32)
+        exc, msg = ValueError, "head_dim (600)"
+    elif case == "dtype":
+        q = q.astype(np.float64)
+        exc, msg = TypeError, "float64"
+    elif case == "kv_dtype_mismatch":
+        v = v.astype(np.float32)
+        exc, msg = TypeError, "same dtype"
+    elif case == "innermost":
+        k, v = k[:, :, ::2], v[:, :, ::2]
+        q = q[:, :32].copy()
+        out = np.full((8, 32), 7.0, dtype=np.float32)
+        exc, msg = ValueError, "innermost"
+    elif case == "rows":
+        kw = dict(seq_len=41)
+        exc, msg = ValueError, "hold 40 rows"
+    elif case == "ring_without_seq_len":
+        kw = dict(window=40, ring_capacity=40)
+        exc, msg = ValueError, "seq_len is needed"
+    elif case == "ring_smaller_than_window":
+        kw = dict(window=50, ring_capacity=40, seq_len=100)
+        exc, msg = ValueError, "ring_capacity (40) must be at least window (50)"
+    elif case == "nan_scale":
+        kw = dict(scale=float("nan"))
+        exc, msg = ValueError, "scale"
+    elif case == "out_shape":
+        out = np.full((8, 63), 7.0, dtype=np.float32)
+        exc, msg = ValueError, "out must be"
+    elif case == "list_input":
+        q = q.tolist()
+        exc, msg = TypeError, "numpy array or a torch tensor"
+    else:  # broadcast
+        k = np.broadcast_to(k[:1], k.shape)
+        v = np.broadcast_to(v[:1], v.shape)
+        exc, msg = ValueError, "overlap"
+    before = out.copy()
+    with pytest.raises(exc, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        flashdec.decode(q, k, v, out=out, **kw)
+    assert np.array_equal(out, before)
+
+
+def test_torch_cpu_tensors():
+    torch = pytest.importorskip("torch", reason="torch is optional; not installed here")
+    rng = np.random.default_rng(5)
+    q, k, v = rand(rng, (16, 128), np.float32), rand(rng, (100, 4, 128), np.float32), rand(rng, (100, 4, 128), np.float32)
+    out = flashdec.decode(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v))
+    assert isinstance(out, torch.Tensor)
+    check(out.numpy(), reference(q, k, v, 100)[0], np.float32)
+
+
+def test_torch_cuda_against_sdpa():
+    torch = pytest.importorskip("torch", reason="torch is optional; not installed here")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here")
+    if not flashdec.info()["cuda_compiled"]:
+        pytest.skip("this build of flashdec has no CUDA backend")
+    import torch.nn.functional as F
+    H, G, L, D = 32, 8, 3000, 128
+    q = torch.randn(H, D, device="cuda", dtype=torch.float16)
+    kh = torch.randn(G, L, D, device="cuda", dtype=torch.float16)
+    vh = torch.randn(G, L, D, device="cuda", dtype=torch.float16)
+    out = flashdec.decode(q, kh.transpose(0, 1), vh.transpose(0, 1))  # a view: zero-copy
+    ref = F.scaled_dot_product_attention(q[None, :, None].float(), kh[None].float(), vh[None].float(),
+                                         enable_gqa=True)[0, :, 0]
+    assert out.is_cuda and (out.float() - ref).abs().max().item() < 2e-3

@@ -88,9 +88,9 @@ $(BUILD)/stage/readme_example: $(BUILD)/readme_example.c all
 	  $(CC) -std=c11 -Wall -Wextra -Werror -o $@ $< `pkg-config --cflags --libs flashdec`
 
 test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme_example
+	$(MAKE) --no-print-directory test-python
 	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example \
 	    --readme-example ./$(BUILD)/stage/readme_example
-	$(MAKE) --no-print-directory test-python
 
 # The Python package: a virtual environment in build/venv with numpy, ml_dtypes and pytest from PyPI, the
 # package installed into it with pip from this checkout, and its tests.

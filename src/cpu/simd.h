@@ -109,20 +109,8 @@ ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, r));
 }
-ALWAYS_INLINE V vexp(V x) {
-    x = vmax(vset1(EXP_LO), vmin(vset1(EXP_HI), x));
-    V n = _mm512_roundscale_ps(vmul(x, vset1(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    V r = vfma(n, vset1(-LN2_HI), x);
-    r = vfma(n, vset1(-LN2_LO), r);
-    V p = vset1(EXP_P0);
-    p = vfma(p, r, vset1(EXP_P1));
-    p = vfma(p, r, vset1(EXP_P2));
-    p = vfma(p, r, vset1(EXP_P3));
-    p = vfma(p, r, vset1(EXP_P4));
-    p = vfma(p, r, vset1(EXP_P5));
-    p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
+ALWAYS_INLINE V vround(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+ALWAYS_INLINE V vldexp(V p, V n) { return _mm512_scalef_ps(p, n); } /* p * 2^n */
 
 #elif FDEC_ISA == 1
 #include <immintrin.h>
@@ -175,19 +163,8 @@ ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
     V r = vadd(_mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
     _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
-ALWAYS_INLINE V vexp(V x) {
-    x = vmax(vset1(EXP_LO), vmin(vset1(EXP_HI), x));
-    V n = _mm256_round_ps(vmul(x, vset1(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    V r = vfma(n, vset1(-LN2_HI), x);
-    r = vfma(n, vset1(-LN2_LO), r);
-    V p = vset1(EXP_P0);
-    p = vfma(p, r, vset1(EXP_P1));
-    p = vfma(p, r, vset1(EXP_P2));
-    p = vfma(p, r, vset1(EXP_P3));
-    p = vfma(p, r, vset1(EXP_P4));
-    p = vfma(p, r, vset1(EXP_P5));
-    p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
-    /* 2^n by building the exponent; n in [-127, 128] after the clamp: split in two factors to stay finite */
+ALWAYS_INLINE V vround(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+ALWAYS_INLINE V vldexp(V p, V n) { /* p * 2^n, n in [-127, 128] after vexp's clamp: two factors stay finite */
     __m256i ni = _mm256_cvtps_epi32(n);
     __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
     V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
@@ -221,6 +198,24 @@ ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
     for (int i = 0; i < NACC; i++) out[i] = a[i];
 }
 ALWAYS_INLINE V vexp(V x) { return expf(x); }
+#endif
+
+#if VW > 1
+/* e^x = 2^n * p(r) with x = n ln2 + r, |r| <= ln2/2: the Cephes expf polynomial, shared by the vector ISAs. */
+ALWAYS_INLINE V vexp(V x) {
+    x = vmax(vset1(EXP_LO), vmin(vset1(EXP_HI), x)); /* operands in this order so that NaN stays NaN */
+    V n = vround(vmul(x, vset1(LOG2E)));
+    V r = vfma(n, vset1(-LN2_HI), x);
+    r = vfma(n, vset1(-LN2_LO), r);
+    V p = vset1(EXP_P0);
+    p = vfma(p, r, vset1(EXP_P1));
+    p = vfma(p, r, vset1(EXP_P2));
+    p = vfma(p, r, vset1(EXP_P3));
+    p = vfma(p, r, vset1(EXP_P4));
+    p = vfma(p, r, vset1(EXP_P5));
+    p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+    return vldexp(p, n);
+}
 #endif
 
 #endif

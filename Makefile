@@ -3,7 +3,7 @@
 
 CC      ?= cc
 PREFIX  ?= /usr/local
-BUILD   := build
+BUILD   ?= build
 NVCC    ?= nvcc
 CUDA    ?= $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
 ARCH    := $(shell uname -m)
@@ -12,6 +12,7 @@ WARN    := -Wall -Wextra -Wshadow -Wno-unused-function
 CFLAGS  ?= -O3
 BASE    := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) -Iinclude
 LDLIBS  := -lm -pthread
+LDFLAGS ?=
 
 LIB_SRC := src/api.c src/plan.c src/ref.c src/cpu/cpu.c src/cpu/pool.c src/cpu/kern_scalar.c
 ifeq ($(ARCH),x86_64)
@@ -36,11 +37,11 @@ endif
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 # Objects depend on the flags they were built with: a changed CC, CFLAGS or CUDA rebuilds everything.
 FLAGS_STAMP := $(BUILD)/flags.txt
-FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(NVFLAGS) CUDA=$(CUDA)
+FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib test test-cuda test-python demo bench install clean
+.PHONY: all lib test test-cuda test-python sanitize demo bench install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/simd.h $(HDRS)
@@ -60,15 +61,15 @@ $(BUILD)/libflashdec.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/libflashdec.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,libflashdec.so.0
+	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,libflashdec.so.0
 
 TOOL_OBJ := $(BUILD)/tools/bench_util.o $(BUILD)/tools/devmem.o
 
 $(BUILD)/flashdec: $(BUILD)/tools/flashdec.o $(TOOL_OBJ) $(BUILD)/libflashdec.a
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/run_tests: $(BUILD)/tests/test_main.o $(TOOL_OBJ) $(BUILD)/libflashdec.a
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The README's C example, cut out of README.md, compiled against the built library and run.
 $(BUILD)/readme_example.c: README.md
@@ -113,6 +114,18 @@ test-cuda: all $(BUILD)/tests/run_tests
 	  compute-sanitizer --tool memcheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 40 && \
 	  compute-sanitizer --tool racecheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 20; \
 	else echo "compute-sanitizer: skipped (no tool or no CUDA device)"; fi
+
+# The C suite under AddressSanitizer + UndefinedBehaviorSanitizer (every path, a smaller sweep: the scalar
+# path is slow under ASan), then under ThreadSanitizer. Separate build folders; CUDA off (the GPU has
+# compute-sanitizer, see test-cuda).
+SAN_FLAGS := -O1 -g -fno-omit-frame-pointer
+sanitize:
+	$(MAKE) --no-print-directory BUILD=build/asan CUDA=0 CFLAGS="$(SAN_FLAGS) -fsanitize=address,undefined \
+	    -fno-sanitize-recover=all" LDFLAGS="-fsanitize=address,undefined" build/asan/tests/run_tests
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./build/asan/tests/run_tests --configs 250
+	$(MAKE) --no-print-directory BUILD=build/tsan CUDA=0 CFLAGS="$(SAN_FLAGS) -fsanitize=thread" \
+	    LDFLAGS="-fsanitize=thread" build/tsan/tests/run_tests
+	TSAN_OPTIONS=halt_on_error=1 ./build/tsan/tests/run_tests --configs 60
 
 demo: all
 	./$(BUILD)/flashdec demo

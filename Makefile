@@ -41,7 +41,7 @@ FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib test test-cuda test-python sanitize demo bench install clean
+.PHONY: all lib test test-cuda test-python sanitize fuzz demo bench install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/simd.h $(HDRS)
@@ -126,6 +126,23 @@ sanitize:
 	$(MAKE) --no-print-directory BUILD=build/tsan CUDA=0 CFLAGS="$(SAN_FLAGS) -fsanitize=thread" \
 	    LDFLAGS="-fsanitize=thread" build/tsan/tests/run_tests
 	TSAN_OPTIONS=halt_on_error=1 ./build/tsan/tests/run_tests --configs 60
+
+# libFuzzer over fdec_decode / fdec_plan with ASan+UBSan (clang; its runtime comes from Debian if missing).
+# The corpus grows in build/fuzz/corpus, seeded from fuzz/corpus.
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+fuzz:
+	@command -v clang > /dev/null || (apt-get update -qq && apt-get install -y -qq clang)
+	@echo 'int main(void){return 0;}' > /tmp/fdec_fuzz_probe.c; \
+	  clang -fsanitize=fuzzer-no-link -c /tmp/fdec_fuzz_probe.c -o /tmp/fdec_fuzz_probe.o 2>/dev/null || \
+	  (apt-get update -qq && apt-get install -y -qq libclang-rt-dev || apt-get install -y -qq libclang-rt-14-dev)
+	$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang CUDA=0 \
+	    CFLAGS="$(FUZZ_FLAGS) -fsanitize=fuzzer-no-link" LDFLAGS="-fsanitize=address,undefined" build/fuzz/libflashdec.a
+	clang $(FUZZ_FLAGS) -fsanitize=fuzzer -Iinclude fuzz/fuzz_decode.c build/fuzz/libflashdec.a -lm -pthread \
+	    -o build/fuzz/fuzz_decode
+	mkdir -p build/fuzz/corpus
+	./build/fuzz/fuzz_decode -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=256 \
+	    build/fuzz/corpus fuzz/corpus
 
 demo: all
 	./$(BUILD)/flashdec demo

@@ -27,14 +27,31 @@ typedef struct {
     size_t cap;
 } cpu_impl;
 
+#ifdef FDEC_X86
+#include <cpuid.h>
+/* OS-enabled register state (XCR0), read with xgetbv. */
+static uint64_t xcr0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (uint64_t)hi << 32 | lo;
+}
+#endif
+
+/* By cpuid and xgetbv rather than __builtin_cpu_supports, whose feature names differ between compilers. */
 unsigned fdec_cpu_features(void) {
     unsigned f = 1u << FDEC_CPU_SCALAR;
 #ifdef FDEC_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        f |= 1u << FDEC_CPU_AVX2;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+    const int fma = c >> 12 & 1, osxsave = c >> 27 & 1, avx = c >> 28 & 1, f16c = c >> 29 & 1;
+    if (!osxsave || !avx) return f;
+    const uint64_t xs = xcr0();
+    if ((xs & 0x6) != 0x6) return f; /* the OS saves no AVX state */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+    const int avx2 = b >> 5 & 1, avx512f = b >> 16 & 1, avx512dq = b >> 17 & 1, avx512bw = b >> 30 & 1,
+              avx512vl = b >> 31 & 1;
+    if (avx2 && fma && f16c) f |= 1u << FDEC_CPU_AVX2;
+    if ((f >> FDEC_CPU_AVX2 & 1) && avx512f && avx512dq && avx512bw && avx512vl && (xs & 0xe0) == 0xe0)
         f |= 1u << FDEC_CPU_AVX512;
 #endif
     return f;

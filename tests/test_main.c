@@ -309,6 +309,51 @@ static void test_numerics(path_ctx *pc, int npc) {
     fd_problem_free(&pr);
 }
 
+/* NaN or inf in q, K or V of the attended range: the affected heads come out NaN (every element, and lse),
+ * the other heads stay right. */
+static void test_nonfinite(path_ctx *pc, int npc) {
+    static const char *what[] = {"inf in K", "-inf in V", "NaN in q", "NaN in K", "-inf in q", "inf in V"};
+    for (int c = 0; c < 6; c++) {
+        fd_rng r = {61 + (uint64_t)c};
+        fdec_layer L = layer_of(64, 8, 4, 0, 0, FDEC_F32, 0); /* 2 Q heads per KV head */
+        L.q_dtype = FDEC_F32;
+        fd_problem pr;
+        fd_problem_make(&pr, &L, 90, FD_DENSE, 1.0f, &r);
+        double *ref = malloc(sizeof(double) * 8 * 64), rl[8];
+        fd_reference(&pr, ref, rl); /* before the poison: the unaffected heads must match this */
+        const uint32_t g = 1 + (uint32_t)c % 3, t = 17 + 11 * (uint32_t)c, d = 5;
+        const float bad = c == 0 || c == 5 ? INFINITY : c == 1 || c == 4 ? -INFINITY : NAN;
+        uint32_t affected_lo = 2 * g, affected_hi = 2 * g + 2; /* the Q heads of KV head g */
+        if (c == 2 || c == 4) { /* q: only that head */
+            ((float *)pr.q)[(2 * g + 1) * 64 + d] = bad;
+            affected_lo = 2 * g + 1;
+        } else
+            ((float *)(c == 1 || c == 5 ? pr.v : pr.k))[(size_t)t * pr.p.ps + g * 64 + d] = bad;
+        inputs in;
+        inputs_make(&in, &pr);
+        for (int x = 0; x < npc; x++) {
+            outbuf b;
+            outbuf_init(&b, &pr.p);
+            fdec_status st = decode_into(pc[x].ctx, &pr, &in, &b, 1);
+            int ok = st == FDEC_OK;
+            for (uint32_t h = 0; ok && h < 8; h++) {
+                const int hit = h >= affected_lo && h < affected_hi;
+                ok &= hit ? isnan(b.lse[h]) : fabs(b.lse[h] - rl[h]) < 1e-4;
+                for (uint32_t e = 0; ok && e < 64; e++) {
+                    float o = ((float *)b.out)[h * 64 + e];
+                    ok &= hit ? isnan(o) : fabs(o - ref[h * 64 + e]) < 1e-5;
+                }
+            }
+            check(ok, "%s: %s: the affected heads must be NaN and the others right", pc[x].name, what[c]);
+            outbuf_free(&b);
+        }
+        inputs_free(&in);
+        free(ref);
+        fd_problem_free(&pr);
+    }
+    printf("non-finite inputs: 6 cases, affected heads NaN, others right\n");
+}
+
 /* ---- 4. bad input ---- */
 
 typedef struct {
@@ -674,6 +719,7 @@ int main(int argc, char **argv) {
     test_bad_input();
     test_seed_shapes(pc, npc);
     test_numerics(pc, npc);
+    test_nonfinite(pc, npc);
     if (g_cuda) test_cuda_graph();
     else {
         test_determinism_threads();

@@ -201,8 +201,13 @@ static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *ou
             const float *oc = r->o + ((size_t)c * p->H + h) * Dp, wc = w[c] * inv;
             for (uint32_t d = 0; d < p->D; d++) acc[d] += wc * oc[d];
         }
+        /* a non-finite value anywhere in the head's inputs makes the whole head NaN (flashdec.h) */
+        int bad = !isfinite(M) || !isfinite(L);
+        for (uint32_t d = 0; d < p->D; d++) bad |= !isfinite(acc[d]);
+        if (bad)
+            for (uint32_t d = 0; d < p->D; d++) acc[d] = NAN;
         store_row((char *)out + (size_t)h * p->D * es, acc, p->D, p->ot);
-        if (lse) lse[h] = fdec_state_lse(M, L);
+        if (lse) lse[h] = bad ? NAN : fdec_state_lse(M, L);
     }
 }
 

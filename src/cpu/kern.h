@@ -76,6 +76,8 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
 
 /* ---- 2. online softmax over the block for one head: returns the weights in s[0..nb) ---- */
 ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float *o, uint32_t Dp) {
+    /* a score of +-inf (an inf in q or K) becomes NaN (0 * inf), so the head's result is NaN (flashdec.h) */
+    for (uint32_t j = 0; j < nb; j += VW) vstoref(s + j, vfma(vzero(), vloadf(s + j), vloadf(s + j)));
     for (uint32_t j = nb; j < (nb + VW - 1) / VW * VW; j++) s[j] = -INFINITY;
     V mx = vset1(-INFINITY);
     for (uint32_t j = 0; j < nb; j += VW) mx = vmax(mx, vloadf(s + j));

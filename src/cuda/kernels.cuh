@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
                 for (int i = 0; i < E; i++) acc = fmaf(q[r][i], kf[i], acc);
 #pragma unroll
                 for (int off = T / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-                s[u][r] = valid ? acc : -INFINITY;
+                s[u][r] = valid ? fmaf(0.f, acc, acc) : -INFINITY; /* +-inf -> NaN: the head comes out NaN */
             }
         }
 #pragma unroll
@@ -312,6 +312,10 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
     }
     __syncthreads();
     const float ln2 = 0.69314718055994531f;
+    __shared__ float sm_L[RT];
+    __shared__ int sm_bad[RT]; /* a non-finite output element (an inf in V): the whole head becomes NaN */
+    if (threadIdx.x < RT) sm_bad[threadIdx.x] = 0;
+    __syncthreads();
     for (int idx = threadIdx.x; idx < nh * Dr; idx += NW * 32) {
         const int r = idx / Dr, d = idx - r * Dr;
         float M = -INFINITY, L = 0.f, O = 0.f;
@@ -325,8 +329,11 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         }
         const size_t hc = (size_t)(h0 + r) * p.nc + chunk;
         p.part_o[hc * Dr + d] = O;
-        if (d == 0) p.part_m[hc] = M * ln2, p.part_l[hc] = L;
+        if (!isfinite(O)) sm_bad[r] = 1;
+        if (d == 0) p.part_m[hc] = M * ln2, sm_L[r] = L;
     }
+    __syncthreads();
+    if (threadIdx.x < nh) p.part_l[(size_t)(h0 + threadIdx.x) * p.nc + chunk] = sm_bad[threadIdx.x] ? NAN : sm_L[threadIdx.x];
 
     /* the last block of this (tile, g) merges every chunk's state */
     __shared__ bool last;

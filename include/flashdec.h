@@ -16,8 +16,9 @@
  *
  * Numerics. Accumulation is in f32. Results are deterministic: the same inputs and the same context give
  * bit-identical output. The result does not depend on how the work is split beyond rounding. A NaN or inf in
- * q, or in K/V of the attended range, makes the affected heads' output NaN (inf - inf); other heads are not
- * affected.
+ * a head's q, or in the K or V rows it attends to, makes every element of that head's output and its lse NaN;
+ * the other heads are not affected. Rows outside the attended range are never read. Logits of any finite
+ * size are handled (the softmax is computed relative to the running maximum).
  *
  * Errors. Every function that can fail returns an fdec_status. Bad input never crashes and never writes to
  * `out` or `lse`: the call returns FDEC_EINVAL (or FDEC_EUNSUPPORTED) and fdec_last_error() gives a message

@@ -21,7 +21,8 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* Portable conversions, inlined (the api.c versions are out of line). */
+/* Portable conversions, inlined. Written apart from api.c's on purpose: the reference converts with those, so
+ * the scalar path's agreement with the reference checks both. */
 ALWAYS_INLINE float h2f(uint16_t h) {
     /* f16 -> f32 by exponent re-bias, with subnormals via a float multiply (exact). */
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, em = h & 0x7fff, bits;

@@ -134,6 +134,17 @@ fdec_status fdec_decode(fdec_context *ctx, const fdec_layer *layer, uint32_t seq
  * fdec_decode does. */
 fdec_status fdec_plan(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_len, fdec_plan_info *info);
 
+/* Merges n partial results of the same query over disjoint position ranges (e.g. shards of a cache held by
+ * different devices, each computed with fdec_decode(..., lse)) into the result over their union, exactly:
+ *     M = max_i lse_i,  w_i = exp(lse_i - M),  out = sum_i w_i out_i / sum_i w_i,  lse = M + log(sum_i w_i)
+ *   outs[i]  [num_heads][head_dim] of `dtype` (the partial outputs); lses[i] [num_heads] f32
+ *   out      [num_heads][head_dim] of `dtype`; lse [num_heads] f32 or NULL
+ * A shard with lse = -inf is empty and ignored, whatever its out holds; if every shard is empty for a head,
+ * its out is 0 and its lse -inf. A NaN in a head's inputs makes the head NaN. out may alias outs[0].
+ * CPU backend for now (FDEC_EUNSUPPORTED on CUDA). */
+fdec_status fdec_merge(fdec_context *ctx, uint32_t n, uint32_t num_heads, uint32_t head_dim, fdec_dtype dtype,
+                       const void *const *outs, const float *const *lses, void *out, float *lse);
+
 /* A static English name for a status, e.g. "invalid argument". */
 const char *fdec_status_string(fdec_status status);
 

@@ -236,6 +236,32 @@ fdec_status fdec_plan(fdec_context *c, const fdec_layer *layer, uint32_t seq_len
     return leave(c, FDEC_OK);
 }
 
+fdec_status fdec_merge(fdec_context *c, uint32_t n, uint32_t H, uint32_t D, fdec_dtype t, const void *const *outs,
+                       const float *const *lses, void *out, float *lse) {
+    fdec_status st = enter(c);
+    if (st) return st;
+    if (n < 1) return leave(c, fdec_set_error(FDEC_EINVAL, "n (0) must be at least 1"));
+    if (H < 1) return leave(c, fdec_set_error(FDEC_EINVAL, "num_heads (0) must be at least 1"));
+    if (D < 1 || D > FDEC_MAX_HEAD_DIM)
+        return leave(c, fdec_set_error(FDEC_EINVAL, "head_dim (%u) must be in 1..%d", D, FDEC_MAX_HEAD_DIM));
+    if ((st = check_dtype("dtype", t))) return leave(c, st);
+    if (!outs || !lses) return leave(c, fdec_set_error(FDEC_EINVAL, "%s must not be NULL", outs ? "lses" : "outs"));
+    for (uint32_t i = 0; i < n; i++) {
+        if (!outs[i]) return leave(c, fdec_set_error(FDEC_EINVAL, "outs[%u] must not be NULL", i));
+        if (!lses[i]) return leave(c, fdec_set_error(FDEC_EINVAL, "lses[%u] must not be NULL", i));
+        if ((uintptr_t)outs[i] % fdec_dtype_size(t) || (uintptr_t)lses[i] % sizeof(float))
+            return leave(c, fdec_set_error(FDEC_EINVAL, "outs[%u] and lses[%u] must be aligned to their element size",
+                                           i, i));
+    }
+    if ((st = check_ptr("out", out, fdec_dtype_size(t)))) return leave(c, st);
+    if (lse && (uintptr_t)lse % sizeof(float))
+        return leave(c, fdec_set_error(FDEC_EINVAL, "lse (%p) must be aligned to 4 bytes", (void *)lse));
+    if (!c->ops->merge)
+        return leave(c, fdec_set_error(FDEC_EUNSUPPORTED, "fdec_merge is not available on this backend yet (CPU "
+                                                          "only)"));
+    return leave(c, c->ops->merge(c->impl, n, H, D, t, outs, lses, out, lse));
+}
+
 /* ---- element conversions ---- */
 
 float fdec_f16_to_f32(uint16_t h) {

@@ -34,6 +34,9 @@ typedef struct fdec_backend_ops {
     /* Optional: checks that the pointers are usable by this backend (device pointers on CUDA). */
     fdec_status (*check_ptrs)(void *impl, const void *q, const void *k, const void *v, const void *out,
                               const float *lse);
+    /* fdec_merge, arguments checked; NULL: not available on this backend yet */
+    fdec_status (*merge)(void *impl, uint32_t n, uint32_t H, uint32_t D, fdec_dtype t, const void *const *outs,
+                         const float *const *lses, void *out, float *lse);
 } fdec_backend_ops;
 
 /* api.c: records this thread's error message; returns `st` for tail calls. */

@@ -354,6 +354,76 @@ static void test_nonfinite(path_ctx *pc, int npc) {
     printf("non-finite inputs: 6 cases, affected heads NaN, others right\n");
 }
 
+/* fdec_merge: random shard splits of one problem (empty and single-position shards too), each shard decoded
+ * on its own rows, merged, against the reference of the whole range. */
+static void test_merge(void) {
+    fdec_context *ctx;
+    fdec_context_create(FDEC_BACKEND_CPU, NULL, &ctx);
+    int cases = 0;
+    for (int c = 0; c < 40; c++) {
+        fd_rng r = {71 + (uint64_t)c};
+        const uint32_t D = (uint32_t)(1 + fd_rand(&r) % 200), G = 1 + (uint32_t)(fd_rand(&r) % 4);
+        const uint32_t H = G * (1 + (uint32_t)(fd_rand(&r) % 4)), L = 1 + (uint32_t)(fd_rand(&r) % 1500);
+        fdec_layer lay = layer_of(D, H, G, 0, 0, (fdec_dtype)(fd_rand(&r) % 3), 0);
+        lay.out_dtype = (fdec_dtype)(fd_rand(&r) % 3);
+        fd_problem pr;
+        fd_problem_make(&pr, &lay, L, FD_DENSE, 1.0f, &r);
+        double *ref = malloc(sizeof(double) * H * D), *rl = malloc(sizeof(double) * H);
+        fd_reference(&pr, ref, rl);
+        /* cut [0, L) at random points (repeats make empty shards) */
+        enum { MAXS = 9 };
+        uint32_t cut[MAXS + 1], ns = 1 + (uint32_t)(fd_rand(&r) % MAXS);
+        cut[0] = 0, cut[ns] = L;
+        for (uint32_t i = 1; i < ns; i++) cut[i] = (uint32_t)(fd_rand(&r) % (L + 1));
+        for (uint32_t i = 1; i < ns; i++) /* sort */
+            for (uint32_t j = i; j > 1 && cut[j - 1] > cut[j]; j--) { uint32_t x = cut[j]; cut[j] = cut[j - 1]; cut[j - 1] = x; }
+        const size_t es = fdec_dtype_size(lay.out_dtype), kes = fdec_dtype_size(lay.kv_dtype);
+        void *outs[MAXS];
+        float *lses[MAXS];
+        int ok = 1;
+        for (uint32_t i = 0; i < ns; i++) {
+            outs[i] = malloc((size_t)H * D * es);
+            lses[i] = malloc(H * sizeof(float));
+            memset(outs[i], 0xff, (size_t)H * D * es); /* NaN: an empty shard's out must be ignored */
+            if (cut[i + 1] == cut[i]) {
+                for (uint32_t h = 0; h < H; h++) lses[i][h] = -INFINITY;
+                continue;
+            }
+            const size_t off = (size_t)cut[i] * pr.p.ps * kes;
+            ok &= fdec_decode(ctx, &lay, cut[i + 1] - cut[i], pr.q, (char *)pr.k + off, (char *)pr.v + off, outs[i],
+                              lses[i]) == FDEC_OK;
+        }
+        void *out = malloc((size_t)H * D * es);
+        float *lse = malloc(H * sizeof(float));
+        ok &= fdec_merge(ctx, ns, H, D, lay.out_dtype, (const void *const *)outs, (const float *const *)lses, out,
+                         lse) == FDEC_OK;
+        /* the shards' outputs are rounded to the out dtype before the merge: twice the rounding allowance */
+        const double err = fd_out_error(&pr, out, ref), tol = 2 * fd_tolerance(&pr);
+        check(ok && err <= tol && fd_lse_error(&pr, lse, rl) <= 1e-5,
+              "merge of %u shards (D=%u H=%u G=%u L=%u): err %.3g tol %.3g: %s", ns, D, H, G, L, err, tol,
+              fdec_last_error());
+        cases++;
+        for (uint32_t i = 0; i < ns; i++) free(outs[i]), free(lses[i]);
+        free(out), free(lse), free(ref), free(rl);
+        fd_problem_free(&pr);
+    }
+    /* every shard empty: out 0, lse -inf; bad arguments are refused */
+    float o1[4] = {NAN, NAN, NAN, NAN}, l1[1] = {-INFINITY}, out[4], lse[1];
+    const void *outs[1] = {o1};
+    const float *lses[1] = {l1};
+    check(fdec_merge(ctx, 1, 1, 4, FDEC_F32, outs, lses, out, lse) == FDEC_OK && out[0] == 0 && out[3] == 0 &&
+              lse[0] == -INFINITY,
+          "merge of empty shards: out 0, lse -inf");
+    check(fdec_merge(ctx, 0, 1, 4, FDEC_F32, outs, lses, out, lse) == FDEC_EINVAL && strstr(fdec_last_error(), "n (0)"),
+          "merge with n 0: %s", fdec_last_error());
+    check(fdec_merge(ctx, 1, 1, 4, FDEC_F32, NULL, lses, out, lse) == FDEC_EINVAL &&
+              strstr(fdec_last_error(), "outs must not be NULL"),
+          "merge with NULL outs: %s", fdec_last_error());
+    check(fdec_merge(ctx, 1, 1, 600, FDEC_F32, outs, lses, out, lse) == FDEC_EINVAL, "merge with head_dim 600");
+    fdec_context_destroy(ctx);
+    printf("merge: %d random shard splits against the reference, empty shards, bad arguments\n", cases);
+}
+
 /* ---- 4. bad input ---- */
 
 typedef struct {
@@ -724,6 +794,7 @@ int main(int argc, char **argv) {
     else {
         test_determinism_threads();
         test_concurrency();
+        test_merge();
     }
     test_sweep(pc, npc, configs, seed);
     for (int i = 0; i < nreadme; i++) test_readme_example(readme[i]);

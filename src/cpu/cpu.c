@@ -178,22 +178,15 @@ static void store_row(void *dst, const float *src, size_t n, fdec_dtype t) {
     }
 }
 
+static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec_dtype ot, float *lse);
+
 /* Merges the nc partial states of each head (state.h) and writes out (converted) and lse. The merged row is
  * built in chunk 0's o, which is not needed afterwards. */
 static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *out, float *lse) {
     const size_t Dp = padded_dim(p->D), es = fdec_dtype_size(p->ot);
     for (uint32_t h = 0; h < p->H; h++) {
-        float M = -INFINITY;
-        for (uint32_t c = 0; c < nc; c++) {
-            float mc = r->m[(size_t)c * p->H + h];
-            if (mc > M || isnan(mc)) M = mc;
-            if (isnan(M)) break;
-        }
-        float w[MAX_CHUNKS], L = 0.0f;
-        for (uint32_t c = 0; c < nc; c++) {
-            w[c] = fdec_state_weight(r->m[(size_t)c * p->H + h], M);
-            L += w[c] * r->l[(size_t)c * p->H + h];
-        }
+        float w[MAX_CHUNKS], L;
+        const float M = fdec_merge_weights(nc, r->m + h, p->H, r->l + h, p->H, w, &L);
         float *acc = r->o + (size_t)h * Dp;
         const float inv = 1.0f / L;
         for (uint32_t d = 0; d < p->D; d++) acc[d] *= w[0] * inv;
@@ -201,14 +194,51 @@ static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *ou
             const float *oc = r->o + ((size_t)c * p->H + h) * Dp, wc = w[c] * inv;
             for (uint32_t d = 0; d < p->D; d++) acc[d] += wc * oc[d];
         }
-        /* a non-finite value anywhere in the head's inputs makes the whole head NaN (flashdec.h) */
-        int bad = !isfinite(M) || !isfinite(L);
-        for (uint32_t d = 0; d < p->D; d++) bad |= !isfinite(acc[d]);
-        if (bad)
-            for (uint32_t d = 0; d < p->D; d++) acc[d] = NAN;
-        store_row((char *)out + (size_t)h * p->D * es, acc, p->D, p->ot);
-        if (lse) lse[h] = bad ? NAN : fdec_state_lse(M, L);
+        finish_row(acc, p->D, M, L, (char *)out + (size_t)h * p->D * es, p->ot, lse ? lse + h : NULL);
     }
+}
+
+/* Writes a merged head: a non-finite value anywhere in it (from a NaN or inf in the head's inputs) makes the
+ * whole head NaN (flashdec.h). */
+static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec_dtype ot, float *lse) {
+    int bad = !isfinite(M) || !isfinite(L);
+    for (uint32_t d = 0; d < D; d++) bad |= !isfinite(acc[d]);
+    if (bad)
+        for (uint32_t d = 0; d < D; d++) acc[d] = NAN;
+    store_row(out, acc, D, ot);
+    if (lse) *lse = bad ? NAN : fdec_state_lse(M, L);
+}
+
+/* fdec_merge: the same merge (fdec_merge_weights) over normalised (out, lse) results. Shards of weight 0 (an
+ * empty range, lse = -inf) are skipped, not multiplied, so whatever their out holds does not matter; when all
+ * are empty the result is out = 0, lse = -inf. */
+static fdec_status cpu_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fdec_dtype t, const void *const *outs,
+                             const float *const *lses, void *out, float *lse) {
+    cpu_impl *c = impl;
+    fdec_status st = ensure_scratch(c, (2 * (size_t)n + D) * sizeof(float));
+    if (st) return st;
+    float *a = c->scratch, *w = a + n, *acc = w + n, row[FDEC_MAX_HEAD_DIM];
+    const size_t es = fdec_dtype_size(t);
+    for (uint32_t h = 0; h < H; h++) {
+        for (uint32_t i = 0; i < n; i++) a[i] = lses[i][h];
+        float L;
+        const float M = fdec_merge_weights(n, a, 1, NULL, 0, w, &L);
+        for (uint32_t d = 0; d < D; d++) acc[d] = 0.0f;
+        for (uint32_t i = 0; i < n; i++) {
+            if (w[i] == 0.0f) continue;
+            load_row(row, (const char *)outs[i] + (size_t)h * D * es, D, t, w[i]);
+            for (uint32_t d = 0; d < D; d++) acc[d] += row[d];
+        }
+        if (L == 0.0f && !isnan(M)) { /* every shard empty */
+            for (uint32_t d = 0; d < D; d++) acc[d] = 0.0f;
+            store_row((char *)out + (size_t)h * D * es, acc, D, t);
+            if (lse) lse[h] = -INFINITY;
+            continue;
+        }
+        for (uint32_t d = 0; d < D; d++) acc[d] /= L;
+        finish_row(acc, D, M, L, (char *)out + (size_t)h * D * es, t, lse ? lse + h : NULL);
+    }
+    return FDEC_OK;
 }
 
 static fdec_status cpu_reserve(void *impl, const fdec_problem *p) {
@@ -261,7 +291,7 @@ static void cpu_destroy(void *impl) {
     free(c);
 }
 
-static const fdec_backend_ops cpu_ops = {cpu_destroy, cpu_reserve, cpu_decode, cpu_plan, NULL};
+static const fdec_backend_ops cpu_ops = {cpu_destroy, cpu_reserve, cpu_decode, cpu_plan, NULL, cpu_merge};
 
 fdec_status fdec_cpu_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops) {
     fdec_cpu_path path = FDEC_CPU_SCALAR;

@@ -235,7 +235,7 @@ static void cuda_destroy(void *impl) {
     free(c);
 }
 
-static const fdec_backend_ops cuda_ops = {cuda_destroy, cuda_reserve, cuda_decode, cuda_plan, cuda_check_ptrs};
+static const fdec_backend_ops cuda_ops = {cuda_destroy, cuda_reserve, cuda_decode, cuda_plan, cuda_check_ptrs, NULL};
 
 extern "C" fdec_status fdec_cuda_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops) {
     int n = 0;

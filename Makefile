@@ -142,6 +142,7 @@ fuzz:
 	    -o build/fuzz/fuzz_decode
 	mkdir -p build/fuzz/corpus
 	./build/fuzz/fuzz_decode -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=256 \
+	    -artifact_prefix=build/fuzz/ \
 	    build/fuzz/corpus fuzz/corpus
 
 demo: all

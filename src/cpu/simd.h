@@ -8,7 +8,8 @@
  *   vload_kv(p, T)    VW elements of K/V type T at p, as f32
  *   vload_kv_n(p,n,T) the first n < VW elements, zeros after (never reads past p + n)
  *   vreduce_all(a, o) o[i] = sum of the lanes of a[i] for the NACC vectors a[0..NACC)
- *   vexp(x)           e^x, relative error < 2e-7, NaN in gives NaN out
+ *   vround(x), vldexp(p, n)   round to nearest integer; p * 2^n (the two ISA-specific steps of vexp)
+ *   vexp(x)           e^x, relative error < 2e-7, NaN in gives NaN out (written once, below the sections)
  */
 #ifndef FDEC_SIMD_H
 #define FDEC_SIMD_H

@@ -17,7 +17,7 @@ import ctypes as _C
 import os as _os
 import threading as _threading
 
-__all__ = ["decode", "plan", "info", "Layer", "FlashdecError", "library_path"]
+__all__ = ["decode", "merge", "plan", "info", "Layer", "FlashdecError", "library_path"]
 __version__ = "0.1.0"
 
 _F32, _F16, _BF16 = 0, 1, 2
@@ -66,6 +66,8 @@ _lib.fdec_plan.argtypes = [_C.c_void_p, _C.POINTER(_LayerC), _C.c_uint32, _C.POI
 _lib.fdec_last_error.restype = _C.c_char_p
 _lib.fdec_status_string.restype = _C.c_char_p
 _lib.fdec_backend_available.argtypes = [_C.c_int]
+_lib.fdec_merge.argtypes = [_C.c_void_p, _C.c_uint32, _C.c_uint32, _C.c_uint32, _C.c_int,
+                            _C.POINTER(_C.c_void_p), _C.POINTER(_C.c_void_p), _C.c_void_p, _C.c_void_p]
 
 # the pointers of the last call handed to the library (for tests that assert zero-copy)
 _last_pointers = None
@@ -275,6 +277,35 @@ def decode(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, out=
     la = _Arr(lse, "lse").ptr if lse is not None else None
     _last_pointers = (qa.ptr, ka.ptr, va.ptr, ra.ptr)
     _check(_lib.fdec_decode(ctx, _C.byref(lay), seq_len, qa.ptr, ka.ptr, va.ptr, ra.ptr, la))
+    return (result, lse) if return_lse else result
+
+
+def merge(outs, lses, *, out=None, return_lse=False):
+    """Merges partial results over disjoint position ranges (e.g. shards of a cache) into the result over their
+    union: outs[i] [num_heads, head_dim] and lses[i] [num_heads] float32 from decode(..., return_lse=True). A shard
+    with lse = -inf is empty and ignored. numpy arrays (CPU) for now."""
+    if not outs or len(outs) != len(lses):
+        raise ValueError("outs and lses must be non-empty lists of the same length")
+    oa = [_Arr(o, f"outs[{i}]") for i, o in enumerate(outs)]
+    la = [_Arr(x, f"lses[{i}]") for i, x in enumerate(lses)]
+    if any(a.cuda for a in oa + la):
+        raise ValueError("merge runs on the CPU backend for now: pass numpy arrays or CPU tensors")
+    H, D = oa[0].shape if len(oa[0].shape) == 2 else (0, 0)
+    for i, (a, b) in enumerate(zip(oa, la)):
+        if a.shape != (H, D) or a.strides != (D, 1) or a.dtype != oa[0].dtype:
+            raise ValueError(f"outs[{i}] must be a contiguous [{H}, {D}] array of the same dtype as outs[0]")
+        if b.shape != (H,) or b.dtype != _F32 or b.strides != (1,):
+            raise ValueError(f"lses[{i}] must be a contiguous float32 array of {H} elements")
+    result = out if out is not None else _alloc_like(oa[0], H, D)
+    ra = _Arr(result, "out")
+    if ra.shape != (H, D) or ra.strides != (D, 1) or ra.dtype != oa[0].dtype or ra.cuda:
+        raise ValueError(f"out must be a contiguous CPU [{H}, {D}] array of the outs' dtype")
+    lse = _alloc_lse(oa[0], H) if return_lse else None
+    po = (_C.c_void_p * len(oa))(*[a.ptr for a in oa])
+    pl = (_C.c_void_p * len(la))(*[b.ptr for b in la])
+    ctx = _context(False, None, None, 1)
+    _check(_lib.fdec_merge(ctx, len(oa), H, D, oa[0].dtype, po, pl, ra.ptr,
+                           _Arr(lse, "lse").ptr if lse is not None else None))
     return (result, lse) if return_lse else result
 
 

@@ -102,6 +102,28 @@ def test_layer_object_and_plan():
     assert p["chunk_len"] * p["num_chunks"] >= 64
 
 
+def test_merge_of_shards():
+    rng = np.random.default_rng(6)
+    H, G, D, L = 8, 2, 64, 500
+    q, k, v = rand(rng, (H, D), np.float32), rand(rng, (L, G, D), np.float16), rand(rng, (L, G, D), np.float16)
+    cuts = [0, 1, 1, 200, 499, 500]  # a single-position shard, an empty one, the rest
+    outs, lses = [], []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        if a == b:
+            outs.append(np.full((H, D), np.nan, np.float32))
+            lses.append(np.full(H, -np.inf, np.float32))
+        else:
+            o, l = flashdec.decode(q, k[a:b], v[a:b], return_lse=True)
+            outs.append(o)
+            lses.append(l)
+    out, lse = flashdec.merge(outs, lses, return_lse=True)
+    ref, ref_lse = reference(q, k, v, L)
+    check(out, ref, np.float32)
+    assert np.abs(lse - ref_lse).max() < 1e-4
+    with pytest.raises(ValueError, match="same length"):
+        flashdec.merge(outs, lses[:-1])
+
+
 def test_info():
     i = flashdec.info()
     assert i["cpu_path"] in ("scalar", "avx2", "avx512") and i["library"].endswith("libflashdec.so")

@@ -115,6 +115,8 @@ double fd_tolerance(const fd_problem *pr) {
     return base + 3e-8 * pr->max_logit * sqrt((double)pr->p.D);
 }
 
+double fd_lse_tolerance(const fd_problem *pr) { return 1e-5 + 1e-7 * pr->max_logit; }
+
 double fd_out_error(const fd_problem *pr, const void *out, const double *ref) {
     double e = 0;
     size_t n = (size_t)pr->p.H * pr->p.D;

@@ -50,6 +50,9 @@ void fd_reference(fd_problem *pr, double *out, double *lse);
 /* Allowed error for an out dtype and the problem's logit size (see the test's comment). */
 double fd_tolerance(const fd_problem *pr);
 
+/* Allowed lse error (relative to 1 + |lse|): f32 rounding plus the logit-size term of fd_tolerance. */
+double fd_lse_tolerance(const fd_problem *pr);
+
 /* Largest |out - ref| (NaN/unwritten elements give +inf) and the largest lse error (lse may be NULL). */
 double fd_out_error(const fd_problem *pr, const void *out, const double *ref);
 double fd_lse_error(const fd_problem *pr, const float *lse, const double *ref_lse);

@@ -12,8 +12,9 @@
 #define CHUNKS_PER_THREAD 4
 /* Scratch bound on the split: 64 partial states. */
 #define MAX_CHUNKS 64
-/* A chunk should read at least this many bytes of K/V so that waking a thread for it pays off (a thread
- * wake-up is a few microseconds; 256 KiB streams in about 15 us on one core here, bench/NOTES.md). */
+/* A chunk should read at least this many bytes of K/V so that waking a thread for it pays off: 256 KiB takes
+ * about 16 us at the 15-16 GB/s one thread reads K/V at here (make bench, 1 thread), several wake-ups' worth.
+ * Chosen, not swept (bench/NOTES.md). */
 #define MIN_CHUNK_BYTES (256u << 10)
 
 typedef struct {

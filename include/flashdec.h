@@ -141,7 +141,8 @@ fdec_status fdec_plan(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_l
  *   out      [num_heads][head_dim] of `dtype`; lse [num_heads] f32 or NULL
  * A shard with lse = -inf is empty and ignored, whatever its out holds; if every shard is empty for a head,
  * its out is 0 and its lse -inf. A NaN in a head's inputs makes the head NaN. out may alias outs[0].
- * CPU backend for now (FDEC_EUNSUPPORTED on CUDA). */
+ * On the CUDA backend every pointer (outs[i], lses[i], out, lse) is a device pointer and the call is
+ * asynchronous on the context's stream. */
 fdec_status fdec_merge(fdec_context *ctx, uint32_t n, uint32_t num_heads, uint32_t head_dim, fdec_dtype dtype,
                        const void *const *outs, const float *const *lses, void *out, float *lse);
 

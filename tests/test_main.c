@@ -159,15 +159,18 @@ static void *g_stream; /* a non-default stream for one of the CUDA contexts */
 
 static int make_path_contexts(path_ctx *pc) {
     int n = 0;
-    if (g_cuda) { /* the default stream and a stream of our own */
-        for (int i = 0; i < 2; i++) {
+    if (g_cuda) { /* the default stream, a stream of our own, and the SIMT kernel alone (FDEC_CUDA_KERNEL) */
+        for (int i = 0; i < 3; i++) {
             fdec_options o = fdec_default_options();
             o.cuda_stream = i ? g_stream : NULL;
-            if (fdec_context_create(FDEC_BACKEND_CUDA, &o, &pc[n].ctx) != FDEC_OK) {
+            if (i == 2) setenv("FDEC_CUDA_KERNEL", "simt", 1);
+            fdec_status st = fdec_context_create(FDEC_BACKEND_CUDA, &o, &pc[n].ctx);
+            if (i == 2) unsetenv("FDEC_CUDA_KERNEL");
+            if (st != FDEC_OK) {
                 check(0, "create CUDA context: %s", fdec_last_error());
                 continue;
             }
-            snprintf(pc[n].name, sizeof pc[n].name, "cuda/%s", i ? "stream" : "default-stream");
+            snprintf(pc[n].name, sizeof pc[n].name, "cuda/%s", i == 2 ? "simt" : i ? "stream" : "default-stream");
             n++;
         }
         return n;
@@ -313,21 +316,23 @@ static void test_numerics(path_ctx *pc, int npc) {
  * the other heads stay right. */
 static void test_nonfinite(path_ctx *pc, int npc) {
     static const char *what[] = {"inf in K", "-inf in V", "NaN in q", "NaN in K", "-inf in q", "inf in V"};
-    for (int c = 0; c < 6; c++) {
+    for (int c = 0; c < 18; c++) { /* the six cases with f32, f16 and bf16 K/V (the tensor-core kernel on CUDA) */
         fd_rng r = {61 + (uint64_t)c};
-        fdec_layer L = layer_of(64, 8, 4, 0, 0, FDEC_F32, 0); /* 2 Q heads per KV head, all f32 */
+        const fdec_dtype kvt = (fdec_dtype)(c / 6);
+        fdec_layer L = layer_of(64, 8, 4, 0, 0, kvt, 0); /* 2 Q heads per KV head; q and out f32 */
         fd_problem pr;
         fd_problem_make(&pr, &L, 90, FD_DENSE, 1.0f, &r);
         double *ref = malloc(sizeof(double) * 8 * 64), rl[8];
         fd_reference(&pr, ref, rl); /* before the poison: the unaffected heads must match this */
-        const uint32_t g = 1 + (uint32_t)c % 3, t = 17 + 11 * (uint32_t)c, d = 5;
-        const float bad = c == 0 || c == 5 ? INFINITY : c == 1 || c == 4 ? -INFINITY : NAN;
+        const uint32_t g = 1 + (uint32_t)c % 3, t = 17 + 11 * (uint32_t)(c % 6), d = 5;
+        const int w = c % 6;
+        const float bad = w == 0 || w == 5 ? INFINITY : w == 1 || w == 4 ? -INFINITY : NAN;
         uint32_t affected_lo = 2 * g, affected_hi = 2 * g + 2; /* the Q heads of KV head g */
-        if (c == 2 || c == 4) { /* q: only that head */
+        if (w == 2 || w == 4) { /* q: only that head */
             ((float *)pr.q)[(2 * g + 1) * 64 + d] = bad;
             affected_lo = 2 * g + 1;
         } else
-            ((float *)(c == 1 || c == 5 ? pr.v : pr.k))[(size_t)t * pr.p.ps + g * 64 + d] = bad;
+            fdec_store_elem(w == 1 || w == 5 ? pr.v : pr.k, (size_t)t * pr.p.ps + g * 64 + d, kvt, bad);
         inputs in;
         inputs_make(&in, &pr);
         for (int x = 0; x < npc; x++) {
@@ -343,68 +348,108 @@ static void test_nonfinite(path_ctx *pc, int npc) {
                     ok &= hit ? isnan(o) : fabs(o - ref[h * 64 + e]) < 1e-5;
                 }
             }
-            check(ok, "%s: %s: the affected heads must be NaN and the others right", pc[x].name, what[c]);
+            check(ok, "%s: %s (K/V %s): the affected heads must be NaN and the others right", pc[x].name, what[w],
+                  kvt == FDEC_F32 ? "f32" : kvt == FDEC_F16 ? "f16" : "bf16");
             outbuf_free(&b);
         }
         inputs_free(&in);
         free(ref);
         fd_problem_free(&pr);
     }
-    printf("non-finite inputs: 6 cases, affected heads NaN, others right\n");
+    printf("non-finite inputs: 18 cases, affected heads NaN, others right\n");
 }
 
-/* fdec_merge: random shard splits of one problem (empty and single-position shards too), each shard decoded
- * on its own rows, merged, against the reference of the whole range. */
+/* fdec_merge: random shard splits of one problem (empty and single-position shards too; one case of 100
+ * shards, more than one CUDA launch takes), each shard decoded on its own rows, merged, against the reference
+ * of the whole range and against the unsharded call. Under --cuda every buffer is on the device. */
 static void test_merge(void) {
     fdec_context *ctx;
-    fdec_context_create(FDEC_BACKEND_CPU, NULL, &ctx);
+    if (fdec_context_create(g_cuda ? FDEC_BACKEND_CUDA : FDEC_BACKEND_CPU, NULL, &ctx) != FDEC_OK) {
+        check(0, "merge: create context: %s", fdec_last_error());
+        return;
+    }
     int cases = 0;
-    for (int c = 0; c < 40; c++) {
+    for (int c = 0; c < 41; c++) {
         fd_rng r = {71 + (uint64_t)c};
-        const uint32_t D = (uint32_t)(1 + fd_rand(&r) % 200), G = 1 + (uint32_t)(fd_rand(&r) % 4);
-        const uint32_t H = G * (1 + (uint32_t)(fd_rand(&r) % 4)), L = 1 + (uint32_t)(fd_rand(&r) % 1500);
-        fdec_layer lay = layer_of(D, H, G, 0, 0, (fdec_dtype)(fd_rand(&r) % 3), 0);
-        lay.out_dtype = (fdec_dtype)(fd_rand(&r) % 3);
+        const int many = c == 40;
+        const uint32_t D = many ? 128 : (uint32_t)(1 + fd_rand(&r) % 200), G = 1 + (uint32_t)(fd_rand(&r) % 4);
+        const uint32_t H = G * (1 + (uint32_t)(fd_rand(&r) % 4));
+        const uint32_t L = many ? 300 : 1 + (uint32_t)(fd_rand(&r) % 1500);
+        fdec_layer lay = layer_of(D, H, G, 0, 0, many ? FDEC_F16 : (fdec_dtype)(fd_rand(&r) % 3), 0);
+        lay.out_dtype = many ? FDEC_F32 : (fdec_dtype)(fd_rand(&r) % 3);
         fd_problem pr;
         fd_problem_make(&pr, &lay, L, FD_DENSE, 1.0f, &r);
         double *ref = malloc(sizeof(double) * H * D), *rl = malloc(sizeof(double) * H);
         fd_reference(&pr, ref, rl);
+        inputs in;
+        int ok = inputs_make(&in, &pr) == 0;
         /* cut [0, L) at random points (repeats make empty shards) */
-        enum { MAXS = 9 };
-        uint32_t cut[MAXS + 1], ns = 1 + (uint32_t)(fd_rand(&r) % MAXS);
+        enum { MAXS = 100 };
+        uint32_t cut[MAXS + 1], ns = many ? MAXS : 1 + (uint32_t)(fd_rand(&r) % 9);
         cut[0] = 0, cut[ns] = L;
         for (uint32_t i = 1; i < ns; i++) cut[i] = (uint32_t)(fd_rand(&r) % (L + 1));
         for (uint32_t i = 1; i < ns; i++) /* sort */
             for (uint32_t j = i; j > 1 && cut[j - 1] > cut[j]; j--) { uint32_t x = cut[j]; cut[j] = cut[j - 1]; cut[j - 1] = x; }
         const size_t es = fdec_dtype_size(lay.out_dtype), kes = fdec_dtype_size(lay.kv_dtype);
+        const size_t ob = (size_t)H * D * es, lb = H * sizeof(float);
         void *outs[MAXS];
-        float *lses[MAXS];
-        int ok = 1;
+        float *lses[MAXS], *hl = malloc(lb);
         for (uint32_t i = 0; i < ns; i++) {
-            outs[i] = malloc((size_t)H * D * es);
-            lses[i] = malloc(H * sizeof(float));
-            memset(outs[i], 0xff, (size_t)H * D * es); /* NaN: an empty shard's out must be ignored */
+            outs[i] = g_cuda ? fd_dev_alloc(ob) : malloc(ob);
+            lses[i] = g_cuda ? fd_dev_alloc(lb) : malloc(lb);
+            if (!outs[i] || !lses[i]) { ok = 0; ns = i + 1; break; }
+            /* NaN: an empty shard's out must be ignored */
+            if (g_cuda) fd_dev_memset(outs[i], 0xff, ob);
+            else memset(outs[i], 0xff, ob);
             if (cut[i + 1] == cut[i]) {
-                for (uint32_t h = 0; h < H; h++) lses[i][h] = -INFINITY;
+                for (uint32_t h = 0; h < H; h++) hl[h] = -INFINITY;
+                if (g_cuda) fd_h2d(lses[i], hl, lb);
+                else memcpy(lses[i], hl, lb);
                 continue;
             }
             const size_t off = (size_t)cut[i] * pr.p.ps * kes;
-            ok &= fdec_decode(ctx, &lay, cut[i + 1] - cut[i], pr.q, (char *)pr.k + off, (char *)pr.v + off, outs[i],
-                              lses[i]) == FDEC_OK;
+            ok &= fdec_decode(ctx, &lay, cut[i + 1] - cut[i], in.q, (const char *)in.k + off,
+                              (const char *)in.v + off, outs[i], lses[i]) == FDEC_OK;
         }
-        void *out = malloc((size_t)H * D * es);
-        float *lse = malloc(H * sizeof(float));
+        void *out = g_cuda ? fd_dev_alloc(ob) : malloc(ob), *whole = g_cuda ? fd_dev_alloc(ob) : malloc(ob);
+        float *lse = g_cuda ? fd_dev_alloc(lb) : malloc(lb);
         ok &= fdec_merge(ctx, ns, H, D, lay.out_dtype, (const void *const *)outs, (const float *const *)lses, out,
                          lse) == FDEC_OK;
+        ok &= fdec_decode(ctx, &lay, L, in.q, in.k, in.v, whole, NULL) == FDEC_OK;
+        void *hout = malloc(ob), *hwhole = malloc(ob);
+        if (g_cuda) ok &= !fd_dev_sync() && !fd_d2h(hout, out, ob) && !fd_d2h(hwhole, whole, ob) && !fd_d2h(hl, lse, lb);
+        else memcpy(hout, out, ob), memcpy(hwhole, whole, ob), memcpy(hl, lse, lb);
         /* the shards' outputs are rounded to the out dtype before the merge: twice the rounding allowance */
-        const double err = fd_out_error(&pr, out, ref), tol = 2 * fd_tolerance(&pr);
-        check(ok && err <= tol && fd_lse_error(&pr, lse, rl) <= 1e-5,
-              "merge of %u shards (D=%u H=%u G=%u L=%u): err %.3g tol %.3g: %s", ns, D, H, G, L, err, tol,
-              fdec_last_error());
+        const double err = fd_out_error(&pr, hout, ref), tol = 2 * fd_tolerance(&pr);
+        double diff = 0;
+        for (size_t i = 0; i < (size_t)H * D; i++) {
+            double d = fabs((double)fdec_load_elem(hout, i, lay.out_dtype) - fdec_load_elem(hwhole, i, lay.out_dtype));
+            if (!(d <= diff)) diff = isnan(d) ? INFINITY : d;
+        }
+        check(ok && err <= tol && diff <= 2 * tol && fd_lse_error(&pr, hl, rl) <= 1e-5,
+              "merge of %u shards (D=%u H=%u G=%u L=%u): err %.3g, against the unsharded call %.3g, tol %.3g: %s", ns,
+              D, H, G, L, err, diff, tol, fdec_last_error());
         cases++;
-        for (uint32_t i = 0; i < ns; i++) free(outs[i]), free(lses[i]);
-        free(out), free(lse), free(ref), free(rl);
+        for (uint32_t i = 0; i < ns; i++) {
+            if (g_cuda) fd_dev_free(outs[i]), fd_dev_free(lses[i]);
+            else free(outs[i]), free(lses[i]);
+        }
+        if (g_cuda) fd_dev_free(out), fd_dev_free(whole), fd_dev_free(lse);
+        else free(out), free(whole), free(lse);
+        free(hout), free(hwhole), free(hl), free(ref), free(rl);
+        inputs_free(&in);
         fd_problem_free(&pr);
+    }
+    if (g_cuda) { /* the argument checks are the API's, tested on the CPU; here: host pointers are refused */
+        float o1[4], l1[1] = {-INFINITY}, out[4];
+        const void *outs[1] = {o1};
+        const float *lses[1] = {l1};
+        check(fdec_merge(ctx, 1, 1, 4, FDEC_F32, outs, lses, out, NULL) == FDEC_EINVAL &&
+                  strstr(fdec_last_error(), "outs[0]"),
+              "cuda merge of host pointers: %s", fdec_last_error());
+        fdec_context_destroy(ctx);
+        printf("merge: %d random shard splits against the reference and the unsharded call, host pointers\n", cases);
+        return;
     }
     /* every shard empty: out 0, lse -inf; bad arguments are refused */
     float o1[4] = {NAN, NAN, NAN, NAN}, l1[1] = {-INFINITY}, out[4], lse[1];
@@ -789,11 +834,11 @@ int main(int argc, char **argv) {
     test_seed_shapes(pc, npc);
     test_numerics(pc, npc);
     test_nonfinite(pc, npc);
+    test_merge();
     if (g_cuda) test_cuda_graph();
     else {
         test_determinism_threads();
         test_concurrency();
-        test_merge();
     }
     test_sweep(pc, npc, configs, seed);
     for (int i = 0; i < nreadme; i++) test_readme_example(readme[i]);

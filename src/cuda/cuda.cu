@@ -6,6 +6,7 @@
  * synchronisation, so it can be captured into a CUDA graph. */
 #include <cuda_runtime.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@ extern "C" {
 #include "../internal.h"
 }
 #include "kernels.cuh"
+#include "mma.cuh"
 
 /* Blocks per SM the split aims at. Two is measured best on the H200 at long contexts: the occupancy
  * calculator's three (for 138-register kernels) gave 50 chunks instead of 33 and ran 131k contexts 20-30%
@@ -27,6 +29,7 @@ extern "C" {
 typedef struct {
     int device, sms;
     uint32_t min_chunk;
+    int simt_only; /* FDEC_CUDA_KERNEL=simt: never the tensor-core kernel (for comparisons and tests) */
     cudaStream_t stream;
     float *scratch; /* [ccap counters][part_m, part_l, part_o], one allocation */
     size_t ccap;    /* counters the scratch holds: they stay at its start, so a smaller call never writes
@@ -69,9 +72,28 @@ static partial_fn pick_d(uint32_t D, int fast, int rt) {
     return pick_rt<KT, 0>(rt);
 }
 
+template <typename KT>
+static partial_fn pick_mma(uint32_t D) {
+    switch (D) {
+    case 64: return fdec_mma_kernel<KT, 64>;
+    case 128: return fdec_mma_kernel<KT, 128>;
+    case 256: return fdec_mma_kernel<KT, 256>;
+    default: return fdec_mma_kernel<KT, 512>;
+    }
+}
+
+static size_t mma_smem(uint32_t D) {
+    switch (D) {
+    case 64: return fdec_mma_smem_bytes<64>();
+    case 128: return fdec_mma_smem_bytes<128>();
+    case 256: return fdec_mma_smem_bytes<256>();
+    default: return fdec_mma_smem_bytes<512>();
+    }
+}
+
 typedef struct {
     partial_fn fn;
-    int rt, tiles, fast;
+    int rt, tiles, fast, mma;
     size_t smem, pipe;
     fdec_split split;
 } launch_plan;
@@ -94,22 +116,25 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     lp.fast = dfast && (p->ps * es) % 16 == 0 && (p->hs * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
     uint32_t vec = (uint32_t)(16 / es), lanes_per_row = p->D / vec < 32 ? p->D / vec : 32;
     int elems = lp.fast ? (int)(p->D / lanes_per_row) : FDEC_MAX_HEAD_DIM / 32; /* as fdec_shape */
-    lp.rt = heads_per_block(p->R, lp.fast, elems, es);
+    /* 16-bit K/V on the fast shapes: the tensor-core kernel (mma.cuh), 8 heads a tile */
+    lp.mma = lp.fast && es == 2 && !c->simt_only;
+    lp.rt = lp.mma ? 8 : heads_per_block(p->R, lp.fast, elems, es);
     lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
-    switch (p->kvt) {
-    case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt); break;
-    case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt); break;
-    default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt); break;
-    }
-    /* every fast shape's ring is the same size (4 loads a lane a step): take it from one of them */
-    lp.pipe = lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
+    if (lp.mma) lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D) : pick_mma<__nv_bfloat16>(p->D);
+    else switch (p->kvt) {
+        case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt); break;
+        case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt); break;
+        default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt); break;
+        }
+    /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them */
+    lp.pipe = lp.mma ? mma_smem(p->D) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
     /* split: BLOCKS_PER_SM blocks for every SM (one wave at the occupancy of the common shapes) */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
     uint32_t lanes = (uint32_t)(c->sms * BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
     lp.split = fdec_make_split(p, lanes, c->min_chunk, MAX_CHUNKS);
     /* shared memory: the warps' states [2 + D] per head, or the merge's weights [nc + 1] per head */
     size_t states = 2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D;
-    size_t merge = (size_t)lp.rt * (lp.split.num_chunks + 1);
+    size_t merge = (size_t)lp.rt * (lp.split.num_chunks + 3);
     lp.smem = (states > merge ? states : merge) * sizeof(float);
     if (lp.smem < lp.pipe) lp.smem = lp.pipe; /* the cp.async ring, reused by the merges after the loop */
     return lp;
@@ -199,7 +224,7 @@ static void cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     info->chunk_len = lp.split.chunk_len;
     info->grouped = 1;
     info->scratch_bytes = p->H * sizeof(unsigned) + state_floats(p, lp.split.num_chunks) * sizeof(float);
-    info->path = lp.fast ? "cuda-vec16" : "cuda-generic";
+    info->path = lp.mma ? "cuda-mma" : lp.fast ? "cuda-vec16" : "cuda-generic";
 }
 
 static fdec_status check_one(const char *name, const void *ptr) {
@@ -235,7 +260,50 @@ static void cuda_destroy(void *impl) {
     free(c);
 }
 
-static const fdec_backend_ops cuda_ops = {cuda_destroy, cuda_reserve, cuda_decode, cuda_plan, cuda_check_ptrs, NULL};
+/* fdec_merge: fdec_merge_kernel (kernels.cuh, the merge the decode's last block uses) over up to
+ * FDEC_CUDA_MERGE_MAX shards a launch; more shards go through an f32 accumulator in the scratch, which each
+ * further launch takes as its shard 0. Asynchronous on the context's stream, like fdec_decode. */
+static fdec_status cuda_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fdec_dtype t, const void *const *outs,
+                              const float *const *lses, void *out, float *lse) {
+    cuda_impl *c = (cuda_impl *)impl;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
+    fdec_status st;
+    char name[32];
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "outs[%u]", i);
+        if ((st = check_one(name, outs[i]))) return st;
+        snprintf(name, sizeof name, "lses[%u]", i);
+        if ((st = check_one(name, lses[i]))) return st;
+    }
+    if ((st = check_one("out", out)) || (st = check_one("lse", lse))) return st;
+    float *acc = NULL;
+    if (n > FDEC_CUDA_MERGE_MAX) {
+        if ((st = ensure_scratch(c, c->ccap, (size_t)H * (D + 1)))) return st;
+        acc = c->scratch + c->ccap;
+    }
+    fdec_merge_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.H = H, mp.D = D, mp.t = (int)t;
+    for (uint32_t i = 0; i < n;) {
+        const int first = i == 0;
+        uint32_t k = 0;
+        if (!first) mp.outs[k] = acc, mp.lses[k] = acc + (size_t)H * D, k++;
+        while (k < FDEC_CUDA_MERGE_MAX && i < n) mp.outs[k] = outs[i], mp.lses[k] = lses[i], k++, i++;
+        const int last = i == n;
+        mp.n = k;
+        mp.t0 = first ? (int)t : (int)FDEC_F32;
+        mp.out = last ? out : acc;
+        mp.lse = last ? lse : acc + (size_t)H * D;
+        mp.ot = last ? (int)t : (int)FDEC_F32;
+        fdec_merge_kernel<<<(H + 7) / 8, FDEC_CUDA_WARPS * 32, 0, c->stream>>>(mp);
+        if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the merge kernel launch");
+    }
+    return FDEC_OK;
+}
+
+static const fdec_backend_ops cuda_ops = {cuda_destroy, cuda_reserve, cuda_decode, cuda_plan, cuda_check_ptrs,
+                                          cuda_merge};
 
 extern "C" fdec_status fdec_cuda_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops) {
     int n = 0;
@@ -256,6 +324,8 @@ extern "C" fdec_status fdec_cuda_create(const fdec_options *o, void **impl, cons
     c->sms = sms;
     const char *mc = getenv("FDEC_CUDA_MIN_CHUNK");
     c->min_chunk = mc && atoi(mc) > 0 ? (uint32_t)atoi(mc) : MIN_CHUNK;
+    const char *kern = getenv("FDEC_CUDA_KERNEL");
+    c->simt_only = kern && !strcmp(kern, "simt");
     c->stream = (cudaStream_t)o->cuda_stream;
     *impl = c;
     *ops = &cuda_ops;

@@ -102,6 +102,165 @@ __device__ __forceinline__ void raw_to_f32(const typename fdec_raw<KT, VEC>::typ
 /* Weight of a base-2 state with max mi in a merge whose max is m (state.h's rule, in base 2). */
 __device__ __forceinline__ float fdec_weight2(float mi, float m) { return mi == -INFINITY ? 0.f : exp2f(mi - m); }
 
+/* ---- the merge of partial states: one piece of code for the split-KV combine and for fdec_merge ---- */
+
+/* NaN-sticky maximum (state.h's rule: a NaN max makes the merge NaN). */
+__device__ __forceinline__ float fdec_max_nan(float a, float b) { return (b > a || b != b) && a == a ? b : a; }
+
+/* The chunk states of a decode in the scratch: m in natural-log units, l, o unnormalised. */
+struct fdec_chunk_src {
+    const float *m, *l, *o;
+    uint32_t n, D;
+    size_t h0;
+    __device__ float mv(int r, uint32_t c) const { return __ldcg(m + (h0 + r) * n + c); }
+    __device__ float lv(int r, uint32_t c) const { return __ldcg(l + (h0 + r) * n + c); }
+    template <int W>
+    __device__ void ov(int r, uint32_t c, int d, float (&x)[W]) const {
+        const float *src = o + ((h0 + r) * n + c) * D + d;
+        if constexpr (W == 4) {
+            const float4 v = __ldcg(reinterpret_cast<const float4 *>(src));
+            x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+        } else
+            for (int k = 0; k < W; k++) x[k] = __ldcg(src + k);
+    }
+};
+
+/* Merges n states of each of nh heads with the whole block: M = max m_c, w_c = exp(m_c - M), L = sum w_c l_c,
+ * out = sum w_c o_c / L, lse = M + log L (fdec_merge_weights' rule; states of weight 0 are skipped, not
+ * multiplied, so an empty state's o does not matter; all empty: out 0, lse -inf). A non-finite value anywhere
+ * in a merged head makes the whole head NaN (flashdec.h). sw holds nh * n floats of shared memory, sx 3 * nh.
+ * Element (r, d) of the output is read from the states and written by the same thread, so out may alias a
+ * state's o. out_at(r, d) is the output element index of head r; lse is NULL or the first head's lse. */
+template <int W, class Src>
+__device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, float *sw, float *sx, void *out,
+                                 size_t out0, int ot, float *lse) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float *sM = sx, *sL = sx + nh;
+    int *sbad = reinterpret_cast<int *>(sx + 2 * nh);
+    for (int r = warp; r < nh; r += nw) {
+        float M = -INFINITY, L = 0.f;
+        for (uint32_t c = lane; c < n; c += 32) M = fdec_max_nan(M, src.mv(r, c));
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) M = fdec_max_nan(M, __shfl_xor_sync(0xffffffffu, M, off));
+        for (uint32_t c = lane; c < n; c += 32) {
+            const float w = fdec_state_weight(src.mv(r, c), M);
+            sw[r * n + c] = w;
+            if (w != 0.f) L += w * src.lv(r, c);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+        if (lane == 0) sM[r] = M, sL[r] = L, sbad[r] = !isfinite(M) && M != -INFINITY;
+    }
+    __syncthreads();
+    /* the loads over the states are unrolled so that many are in flight (L2 latency is what this costs) */
+    for (int idx = threadIdx.x; idx < nh * Dr / W; idx += blockDim.x) {
+        const int r = idx / (Dr / W), d = (idx - r * (Dr / W)) * W;
+        const float L = sL[r];
+        float O[W] = {};
+#pragma unroll 8
+        for (uint32_t c = 0; c < n; c++) {
+            const float w = sw[r * n + c];
+            if (w == 0.f) continue;
+            float x[W];
+            src.template ov<W>(r, c, d, x);
+#pragma unroll
+            for (int k = 0; k < W; k++) O[k] += w * x[k];
+        }
+        const bool empty = L == 0.f && sM[r] == -INFINITY;
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const float y = empty ? 0.f : O[k] / L;
+            if (!isfinite(y)) sbad[r] = 1;
+            fdec_store_any(out, out0 + (size_t)r * Dr + d + k, ot, y);
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nh * Dr; idx += blockDim.x) {
+        const int r = idx / Dr;
+        if (sbad[r]) fdec_store_any(out, out0 + idx, ot, NAN);
+    }
+    if (lse)
+        for (int r = threadIdx.x; r < nh; r += blockDim.x)
+            lse[r] = sbad[r] ? NAN : sL[r] == 0.f && sM[r] == -INFINITY ? -INFINITY : fdec_state_lse(sM[r], sL[r]);
+}
+
+/* The end of a decode block: merges its NS partial states (in shared memory: m[NS][RT] in base 2, l[NS][RT],
+ * o[NS][RT][D]) into the chunk's state in the scratch; the last block of a (head tile, KV head) to finish,
+ * found with an atomic counter, merges every chunk's state into out and lse and sets the counter back to zero
+ * for the next call. */
+template <int D, int RT, int NS>
+__device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, uint32_t h0, uint32_t g,
+                                uint32_t tile, uint32_t chunk) {
+    const int Dr = D ? D : (int)p.D;
+    const float *sm_m = smem, *sm_l = smem + NS * RT, *sm_o = smem + 2 * NS * RT;
+    const float ln2 = 0.69314718055994531f;
+    __shared__ float sm_L[RT];
+    __shared__ int sm_bad[RT]; /* a non-finite output element (an inf in V): the whole head becomes NaN */
+    if (threadIdx.x < RT) sm_bad[threadIdx.x] = 0;
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nh * Dr; idx += blockDim.x) {
+        const int r = idx / Dr, d = idx - r * Dr;
+        float M = -INFINITY, L = 0.f, O = 0.f;
+#pragma unroll
+        for (int w = 0; w < NS; w++) M = fmaxf(M, sm_m[w * RT + r]);
+#pragma unroll
+        for (int w = 0; w < NS; w++) {
+            float wt = fdec_weight2(sm_m[w * RT + r], M);
+            L += wt * sm_l[w * RT + r];
+            O += wt * sm_o[(w * RT + r) * Dr + d];
+        }
+        const size_t hc = (size_t)(h0 + r) * p.nc + chunk;
+        p.part_o[hc * Dr + d] = O;
+        if (!isfinite(O)) sm_bad[r] = 1;
+        if (d == 0) p.part_m[hc] = M * ln2, sm_L[r] = L;
+    }
+    __syncthreads();
+    if (threadIdx.x < nh) p.part_l[(size_t)(h0 + threadIdx.x) * p.nc + chunk] = sm_bad[threadIdx.x] ? NAN : sm_L[threadIdx.x];
+
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&p.counters[g * gridDim.x + tile], 1u) == p.nc - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    /* sw: [RT][nc] weights, then 3 RT; the host sized smem for it */
+    constexpr int W = D && D % 4 == 0 ? 4 : 1;
+    const fdec_chunk_src src = {p.part_m, p.part_l, p.part_o, p.nc, (uint32_t)Dr, h0};
+    fdec_merge_heads<W>(src, nh, p.nc, Dr, smem, smem + RT * p.nc, p.out, (size_t)h0 * Dr, p.ot,
+                        p.lse ? p.lse + h0 : NULL);
+    if (threadIdx.x == 0) p.counters[g * gridDim.x + tile] = 0; /* ready for the next call */
+}
+
+/* fdec_merge on the device: up to FDEC_CUDA_MERGE_MAX (out_i, lse_i) pairs per launch, a block per tile of 8
+ * heads. Slot 0 may be an f32 accumulator of an earlier launch (ot0). */
+#define FDEC_CUDA_MERGE_MAX 64
+struct fdec_merge_params {
+    const void *outs[FDEC_CUDA_MERGE_MAX];
+    const float *lses[FDEC_CUDA_MERGE_MAX];
+    void *out;
+    float *lse;
+    uint32_t n, H, D;
+    int t, t0, ot; /* dtype of the shards, of shard 0, of out */
+};
+struct fdec_pair_src {
+    const fdec_merge_params *p;
+    uint32_t h0;
+    __device__ float mv(int r, uint32_t c) const { return p->lses[c][h0 + r]; }
+    __device__ float lv(int, uint32_t) const { return 1.f; }
+    template <int W>
+    __device__ void ov(int r, uint32_t c, int d, float (&x)[W]) const {
+        for (int k = 0; k < W; k++) x[k] = fdec_load_any(p->outs[c], (size_t)(h0 + r) * p->D + d + k, c ? p->t : p->t0);
+    }
+};
+__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_merge_kernel(const fdec_merge_params p) {
+    __shared__ float sw[8 * FDEC_CUDA_MERGE_MAX], sx[3 * 8];
+    const uint32_t h0 = blockIdx.x * 8;
+    const int nh = min(8, (int)(p.H - h0));
+    const fdec_pair_src src = {&p, h0};
+    fdec_merge_heads<1>(src, nh, p.n, (int)p.D, sw, sx, p.out, (size_t)h0 * p.D, p.ot, p.lse ? p.lse + h0 : NULL);
+}
+
 template <typename KT, int D, int RT>
 __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const fdec_cuda_params p) {
     using S = fdec_shape<KT, D>;
@@ -296,7 +455,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         }
     }
 
-    /* merge the warps through shared memory and write the block's state (natural-log units) */
+    /* the warps' states into shared memory, for the block's tail */
     float *smem = reinterpret_cast<float *>(smem_raw);
     float *sm_m = smem, *sm_l = smem + NW * RT, *sm_o = smem + 2 * NW * RT; /* sm_o: [NW][RT][Dr] */
     if (grp == 0) {
@@ -311,77 +470,5 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         }
     }
     __syncthreads();
-    const float ln2 = 0.69314718055994531f;
-    __shared__ float sm_L[RT];
-    __shared__ int sm_bad[RT]; /* a non-finite output element (an inf in V): the whole head becomes NaN */
-    if (threadIdx.x < RT) sm_bad[threadIdx.x] = 0;
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < nh * Dr; idx += NW * 32) {
-        const int r = idx / Dr, d = idx - r * Dr;
-        float M = -INFINITY, L = 0.f, O = 0.f;
-#pragma unroll
-        for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w * RT + r]);
-#pragma unroll
-        for (int w = 0; w < NW; w++) {
-            float wt = fdec_weight2(sm_m[w * RT + r], M);
-            L += wt * sm_l[w * RT + r];
-            O += wt * sm_o[(w * RT + r) * Dr + d];
-        }
-        const size_t hc = (size_t)(h0 + r) * p.nc + chunk;
-        p.part_o[hc * Dr + d] = O;
-        if (!isfinite(O)) sm_bad[r] = 1;
-        if (d == 0) p.part_m[hc] = M * ln2, sm_L[r] = L;
-    }
-    __syncthreads();
-    if (threadIdx.x < nh) p.part_l[(size_t)(h0 + threadIdx.x) * p.nc + chunk] = sm_bad[threadIdx.x] ? NAN : sm_L[threadIdx.x];
-
-    /* the last block of this (tile, g) merges every chunk's state */
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&p.counters[g * gridDim.x + tile], 1u) == p.nc - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    float *sw = smem; /* [RT][nc] weights, then [RT] totals; the host sized smem for it */
-    float *sL = smem + RT * p.nc;
-    for (int r = warp; r < nh; r += NW) {
-        const size_t hbase = (size_t)(h0 + r) * p.nc;
-        float M = -INFINITY, L = 0.f;
-        for (uint32_t c = lane; c < p.nc; c += 32) M = fmaxf(M, __ldcg(p.part_m + hbase + c));
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-        for (uint32_t c = lane; c < p.nc; c += 32) {
-            float w = fdec_state_weight(__ldcg(p.part_m + hbase + c), M);
-            sw[r * p.nc + c] = w;
-            L += w * __ldcg(p.part_l + hbase + c);
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
-        if (lane == 0) {
-            sL[r] = L;
-            if (p.lse) p.lse[h0 + r] = fdec_state_lse(M, L);
-        }
-    }
-    __syncthreads();
-    /* out = sum_c w_c o_c / L; the chunks' loads are unrolled so that many are in flight (L2 latency, not
-     * bandwidth, is what this costs), four elements at a time where rows allow 16-byte loads */
-    constexpr int W = D && D % 4 == 0 ? 4 : 1;
-    for (int idx = threadIdx.x; idx < nh * Dr / W; idx += NW * 32) {
-        const int r = idx / (Dr / W), d = (idx - r * (Dr / W)) * W;
-        const size_t hbase = (size_t)(h0 + r) * p.nc;
-        float O[W] = {};
-#pragma unroll 8
-        for (uint32_t c = 0; c < p.nc; c++) {
-            const float w = sw[r * p.nc + c];
-            const float *src = p.part_o + (hbase + c) * Dr + d;
-            if constexpr (W == 4) {
-                const float4 x = __ldcg(reinterpret_cast<const float4 *>(src));
-                O[0] += w * x.x, O[1] += w * x.y, O[2] += w * x.z, O[3] += w * x.w;
-            } else O[0] += w * __ldcg(src);
-        }
-#pragma unroll
-        for (int k = 0; k < W; k++) fdec_store_any(p.out, (size_t)(h0 + r) * Dr + d + k, p.ot, O[k] / sL[r]);
-    }
-    if (threadIdx.x == 0) p.counters[g * gridDim.x + tile] = 0; /* ready for the next call */
+    fdec_block_tail<D, RT, NW>(p, smem, nh, h0, g, tile, chunk);
 }

@@ -1,0 +1,333 @@
+/* mma.cuh — the tensor-core kernel for 16-bit K/V at head_dim 64, 128, 256 and 512.
+ *
+ * Why: the SIMT kernel (kernels.cuh) issues about 75 instructions per K/V row and warp at 4 Q heads per KV
+ * head, which caps it near 2.2 TB/s on the H200 (bench/NOTES.md). Here each block stages K and V rows in
+ * shared memory with cp.async and computes S = Q K^T and O += P V with mma.sync m16n8k16 (f16 or bf16 in, f32
+ * accumulate), reading the rows back with ldmatrix: a few instructions per 16-byte piece of a row.
+ *
+ * The MMA's 16 rows (its M) are query heads: rows 0..7 carry up to 8 heads of one KV head, and rows 8..15
+ * carry a second term of the same 8 heads, so that the f32 inputs lose nothing to the 16-bit rounding:
+ *   - q (f32, pre-scaled) = hi + lo, hi = round16(q), lo = round16(q - hi): rows 0..7 get hi, rows 8..15 lo,
+ *     and a score is C[g] + C[g + 8] (both in the same lane). For bf16 a third term goes through a second MMA.
+ *   - p (the softmax weight, f32) is split the same way for P V: O[g] + O[g + 8] is the head's output.
+ * The products are exact in f32, so a score carries the error of f32 accumulation, as on the SIMT path.
+ * q is first multiplied by a power of two per head (exact) so that its 16-bit terms neither overflow nor
+ * lose digits to subnormals; p by 2^15 for f16 for the same reason (l carries the same factor).
+ *
+ * Block = 4 warps. A warp owns DW = min(D, 128) dimensions (q fragments and the O accumulator, 64 registers)
+ * and PW positions of each staged step: at D = 256 two warps, at D = 512 four warps share a position group and
+ * add their partial scores through shared memory. A stage holds NP = 32 KiB / (4 D) positions of K and V
+ * (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); STAGES stages are in
+ * flight. After the loop each position group is one partial state, and the block's tail (kernels.cuh,
+ * fdec_block_tail) merges them, writes the chunk state and lets the last block merge the chunks.
+ */
+#pragma once
+#include "kernels.cuh"
+
+#define FDEC_MMA_STAGE_BYTES 32768
+#define FDEC_MMA_STAGES 3
+
+template <int D>
+struct fdec_mma_shape {
+    static constexpr int DW = D < 128 ? D : 128;                    /* dimensions per warp */
+    static constexpr int WD = D / DW;                               /* warps per position group: 1, 1, 2, 4 */
+    static constexpr int WP = FDEC_CUDA_WARPS / WD;                 /* position groups */
+    static constexpr int NP = FDEC_MMA_STAGE_BYTES / (4 * D);       /* positions per stage: 128, 64, 32, 16 */
+    static constexpr int PW = NP / WP;                              /* positions per warp per stage */
+    static constexpr int NT = PW / 8;                               /* score tiles (8 positions) per warp */
+    static constexpr int KS = DW / 16;                              /* k-steps of Q K^T per warp */
+    static constexpr int OT = DW / 8;                               /* output tiles (8 dimensions) per warp */
+    static constexpr int CH = D / 8;                                /* 16-byte pieces per row */
+    static constexpr int ROWS_PER_PASS = FDEC_CUDA_WARPS * 32 / CH; /* rows one cp.async pass of the block covers */
+    static_assert(NT % 2 == 0 && PW % 16 == 0, "P V takes positions 16 at a time");
+    static_assert(CH >= 8, "the swizzle needs 8 pieces per row");
+};
+
+template <int D>
+constexpr size_t fdec_mma_smem_bytes() {
+    /* the ring, and at D > 128 the partial scores the warps of a group exchange */
+    return (size_t)FDEC_MMA_STAGES * FDEC_MMA_STAGE_BYTES +
+           (fdec_mma_shape<D>::WD > 1 ? (size_t)FDEC_CUDA_WARPS * 32 * fdec_mma_shape<D>::NT * 2 * sizeof(float) : 0);
+}
+
+__device__ __forceinline__ void fdec_cp_async16_zfill(void *smem, const void *gmem, bool full) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(full ? 16 : 0));
+}
+
+__device__ __forceinline__ void fdec_ldsm_x4(unsigned (&r)[4], const void *smem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+__device__ __forceinline__ void fdec_ldsm_x4_t(unsigned (&r)[4], const void *smem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
+/* D += A B, m16n8k16, f32 accumulate */
+template <typename KT>
+__device__ __forceinline__ void fdec_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    if constexpr (std::is_same<KT, __half>::value)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Rounds x to the 16-bit type and back; packs two 16-bit values into an MMA register (first in the low half). */
+template <typename KT>
+__device__ __forceinline__ float fdec_round16(float x) {
+    if constexpr (std::is_same<KT, __half>::value) return __half2float(__float2half_rn(x));
+    else return __bfloat162float(__float2bfloat16_rn(x));
+}
+template <typename KT>
+__device__ __forceinline__ unsigned fdec_pack16(float a, float b) {
+    /* a and b are already representable (outputs of fdec_round16), so the conversion is exact */
+    if constexpr (std::is_same<KT, __half>::value) {
+        __half2 h = __floats2half2_rn(a, b);
+        return *reinterpret_cast<unsigned *>(&h);
+    } else {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<unsigned *>(&h);
+    }
+}
+
+/* The terms of x: x = t[0] + t[1] (+ t[2] for bf16), each representable in KT. */
+template <typename KT>
+struct fdec_split_terms {
+    static constexpr int N = std::is_same<KT, __half>::value ? 2 : 3;
+};
+template <typename KT>
+__device__ __forceinline__ void fdec_split16(float x, float (&t)[3]) {
+    t[0] = fdec_round16<KT>(x);
+    float r = x - t[0]; /* exact */
+    t[1] = fdec_round16<KT>(r);
+    t[2] = fdec_split_terms<KT>::N == 3 ? fdec_round16<KT>(r - t[1]) : 0.f;
+}
+
+template <typename KT, int D>
+__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const fdec_cuda_params p) {
+    using S = fdec_mma_shape<D>;
+    constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
+                  CH = S::CH;
+    constexpr int NTERM = fdec_split_terms<KT>::N, RT = 8;
+    /* q is brought to [2^(QEXP-1), 2^QEXP) per head and warp: 2^15 keeps f16 products below 2^31 with
+     * subnormals 2^-40 of the largest term; bf16 has f32's exponent range and needs no room */
+    constexpr int QEXP = std::is_same<KT, __half>::value ? 15 : 1;
+    constexpr float PSCALE = std::is_same<KT, __half>::value ? 32768.f : 1.f;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int gq = lane >> 2, cq = lane & 3; /* the MMA fragment's row group and column pair */
+    const int pg = warp / WD, ds = (warp % WD) * DW;
+    const uint32_t g = blockIdx.z, chunk = blockIdx.y, tile = blockIdx.x, h0 = g * p.R + tile * RT;
+    const int nh = min(RT, (int)(p.R - tile * RT));
+
+    /* q fragments (A operand, row-major 16 x 16 per k-step): rows gq (term 0) and gq + 8 (term 1) */
+    unsigned qa[KS][4], qa3[NTERM == 3 ? KS : 1][2];
+    float qinv;
+    {
+        float qv[KS][4];
+        float amax = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int d = ds + ks * 16 + 2 * cq + (j & 1) + (j >> 1) * 8;
+                qv[ks][j] = gq < nh ? fdec_load_any(p.q, (size_t)(h0 + gq) * D + d, p.qt) * p.scale_log2 : 0.f;
+                amax = fmaxf(amax, fabsf(qv[ks][j])); /* NaN is dropped here and caught by the products */
+            }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        int ex = 0;
+        if (amax > 0.f && amax <= 3.4e38f) frexpf(amax, &ex);
+        const int k = max(-100, min(100, QEXP - ex));
+        const float qsc = ldexpf(1.f, k);
+        qinv = ldexpf(1.f, -k);
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            float t[4][3];
+#pragma unroll
+            for (int j = 0; j < 4; j++) fdec_split16<KT>(qv[ks][j] * qsc, t[j]);
+            qa[ks][0] = fdec_pack16<KT>(t[0][0], t[1][0]); /* row gq,     k 2cq    */
+            qa[ks][1] = fdec_pack16<KT>(t[0][1], t[1][1]); /* row gq + 8, k 2cq    */
+            qa[ks][2] = fdec_pack16<KT>(t[2][0], t[3][0]); /* row gq,     k 2cq + 8 */
+            qa[ks][3] = fdec_pack16<KT>(t[2][1], t[3][1]); /* row gq + 8, k 2cq + 8 */
+            if constexpr (NTERM == 3) {
+                qa3[ks][0] = fdec_pack16<KT>(t[0][2], t[1][2]);
+                qa3[ks][1] = fdec_pack16<KT>(t[2][2], t[3][2]);
+            }
+        }
+    }
+
+    float m = -INFINITY, l = 0.f; /* state of head gq (base 2; l in units of PSCALE), per lane: l is partial */
+    float o[OT][4];
+#pragma unroll
+    for (int j = 0; j < OT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+    const uint32_t c0 = p.lo + chunk * p.chunk_len, c1 = min(p.hi, c0 + p.chunk_len);
+    const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
+    const int nsteps = (int)((c1 - c0 + NP - 1) / NP);
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    /* stage s: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)) */
+    auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * FDEC_MMA_STAGE_BYTES); };
+    auto vst = [&](int s) { return kst(s) + NP * CH; };
+    float *xs = reinterpret_cast<float *>(smem_raw + (size_t)FDEC_MMA_STAGES * FDEC_MMA_STAGE_BYTES);
+
+    /* this thread's piece of each row it copies: fixed column, rows tid / CH + i * ROWS_PER_PASS */
+    const int cp_c = threadIdx.x % CH, cp_r = threadIdx.x / CH;
+    auto issue = [&](int step, int s) {
+        const uint64_t base = (uint64_t)c0 + (uint64_t)step * NP;
+        uint4 *ks_ = kst(s), *vs_ = vst(s);
+#pragma unroll
+        for (int i = 0; i < NP / S::ROWS_PER_PASS; i++) {
+            const int r = cp_r + i * S::ROWS_PER_PASS;
+            const uint64_t t = base + r;
+            const bool ok = t < c1;
+            uint32_t row = 0;
+            if (ok) {
+                if (p.ring) {
+                    row = p.ring_lo + (uint32_t)(t - p.lo);
+                    if (row >= p.ring) row -= p.ring;
+                } else row = (uint32_t)t;
+            }
+            const size_t off = (size_t)row * p.ps + cp_c * 8;
+            const int at = r * CH + (cp_c ^ (r & 7));
+            fdec_cp_async16_zfill(ks_ + at, kbase + off, ok); /* rows past c1 are zero-filled, not read */
+            fdec_cp_async16_zfill(vs_ + at, vbase + off, ok);
+        }
+    };
+
+#pragma unroll
+    for (int s = 0; s < FDEC_MMA_STAGES - 1; s++) {
+        if (s < nsteps) issue(s, s);
+        fdec_cp_async_commit();
+    }
+    const int prow = pg * PW; /* this warp's first position in a stage */
+    for (int it = 0; it < nsteps; it++) {
+        fdec_cp_async_wait<FDEC_MMA_STAGES - 2>();
+        __syncthreads(); /* stage it has landed for every thread; stage it - 1 is free */
+        if (it + FDEC_MMA_STAGES - 1 < nsteps) issue(it + FDEC_MMA_STAGES - 1, (it + FDEC_MMA_STAGES - 1) % FDEC_MMA_STAGES);
+        fdec_cp_async_commit();
+        const int s = it % FDEC_MMA_STAGES;
+        const uint4 *K = kst(s), *V = vst(s);
+
+        /* S^T tiles: rows = heads (two terms), columns = 8 positions */
+        float sc[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KS / 2; kk++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int r = prow + nt * 8 + (lane & 7), c = ds / 8 + kk * 4 + (lane >> 3);
+                unsigned b[4];
+                fdec_ldsm_x4(b, K + r * CH + (c ^ (r & 7)));
+                fdec_mma<KT>(sc[nt], qa[2 * kk], b[0], b[1]);
+                fdec_mma<KT>(sc[nt], qa[2 * kk + 1], b[2], b[3]);
+                if constexpr (NTERM == 3) {
+                    const unsigned a0[4] = {qa3[2 * kk][0], 0u, qa3[2 * kk][1], 0u};
+                    const unsigned a1[4] = {qa3[2 * kk + 1][0], 0u, qa3[2 * kk + 1][1], 0u};
+                    fdec_mma<KT>(sc[nt], a0, b[0], b[1]);
+                    fdec_mma<KT>(sc[nt], a1, b[2], b[3]);
+                }
+            }
+        float sv[NT][2]; /* head gq at positions prow + nt * 8 + 2 cq + {0, 1} */
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            sv[nt][0] = (sc[nt][0] + sc[nt][2]) * qinv;
+            sv[nt][1] = (sc[nt][1] + sc[nt][3]) * qinv;
+        }
+        if constexpr (WD > 1) { /* add the partial scores of the group's warps, in warp order in every warp */
+            float *mine = xs + ((size_t)warp * 32 + lane) * NT * 2;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) mine[nt * 2] = sv[nt][0], mine[nt * 2 + 1] = sv[nt][1];
+            __syncthreads();
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) sv[nt][0] = sv[nt][1] = 0.f;
+#pragma unroll
+            for (int w = 0; w < WD; w++) {
+                const float *x = xs + ((size_t)(pg * WD + w) * 32 + lane) * NT * 2;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) sv[nt][0] += x[nt * 2], sv[nt][1] += x[nt * 2 + 1];
+            }
+        }
+        const uint64_t pbase = (uint64_t)c0 + (uint64_t)it * NP + prow + 2 * cq;
+        float smax = m;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float x = sv[nt][e];
+                x = fmaf(0.f, x, x); /* +-inf -> NaN: the head comes out NaN */
+                x = pbase + nt * 8 + e < c1 ? x : -INFINITY;
+                sv[nt][e] = x;
+                smax = fmaxf(smax, x);
+            }
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 2));
+        const float alpha = fdec_weight2(m, smax);
+        m = smax;
+        if (__any_sync(0xffffffffu, alpha != 1.f)) {
+            l *= alpha;
+#pragma unroll
+            for (int j = 0; j < OT; j++) o[j][0] *= alpha, o[j][1] *= alpha, o[j][2] *= alpha, o[j][3] *= alpha;
+        }
+        /* P as the A operand: rows gq / gq + 8 = the terms of p, columns = 16 positions */
+#pragma unroll
+        for (int kp = 0; kp < NT / 2; kp++) {
+            float t[4][3];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float x = sv[2 * kp + (j >> 1)][j & 1];
+                const float w = x == -INFINITY ? 0.f : exp2f(x - smax) * PSCALE;
+                fdec_split16<KT>(w, t[j]);
+                l += (t[j][0] + t[j][1]) + t[j][2]; /* the weight the MMA applies */
+            }
+            const unsigned pa[4] = {fdec_pack16<KT>(t[0][0], t[1][0]), fdec_pack16<KT>(t[0][1], t[1][1]),
+                                    fdec_pack16<KT>(t[2][0], t[3][0]), fdec_pack16<KT>(t[2][1], t[3][1])};
+            unsigned pa3[4] = {0u, 0u, 0u, 0u};
+            if constexpr (NTERM == 3)
+                pa3[0] = fdec_pack16<KT>(t[0][2], t[1][2]), pa3[2] = fdec_pack16<KT>(t[2][2], t[3][2]);
+#pragma unroll
+            for (int np = 0; np < OT / 2; np++) {
+                const int r = prow + kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), c = ds / 8 + np * 2 + (lane >> 4);
+                unsigned b[4];
+                fdec_ldsm_x4_t(b, V + r * CH + (c ^ (r & 7)));
+                fdec_mma<KT>(o[2 * np], pa, b[0], b[1]);
+                fdec_mma<KT>(o[2 * np + 1], pa, b[2], b[3]);
+                if constexpr (NTERM == 3) {
+                    fdec_mma<KT>(o[2 * np], pa3, b[0], b[1]);
+                    fdec_mma<KT>(o[2 * np + 1], pa3, b[2], b[3]);
+                }
+            }
+        }
+    }
+    fdec_cp_async_wait<0>();
+    __syncthreads(); /* the ring's memory is reused below */
+
+    /* this position group's state: l summed over the row's four lanes; O = term rows added, PSCALE removed */
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    float *smem = reinterpret_cast<float *>(smem_raw);
+    float *sm_m = smem, *sm_l = smem + WP * RT, *sm_o = smem + 2 * WP * RT; /* sm_o: [WP][RT][D] */
+    if (gq < nh) {
+        if (warp % WD == 0 && cq == 0) sm_m[pg * RT + gq] = m, sm_l[pg * RT + gq] = l * (1.f / PSCALE);
+#pragma unroll
+        for (int j = 0; j < OT; j++) {
+            const int d = ds + j * 8 + 2 * cq;
+            sm_o[(pg * RT + gq) * D + d] = (o[j][0] + o[j][2]) * (1.f / PSCALE);
+            sm_o[(pg * RT + gq) * D + d + 1] = (o[j][1] + o[j][3]) * (1.f / PSCALE);
+        }
+    }
+    __syncthreads();
+    fdec_block_tail<D, RT, WP>(p, smem, nh, h0, g, tile, chunk);
+}

@@ -35,6 +35,9 @@ LIB_SRC   += src/cuda/none.c
 endif
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+# The NCCL companion (sequence-parallel decode, include/flashdec_nccl.h) when CUDA and nccl.h are present.
+NCCL_H  := $(if $(filter 1,$(CUDA)),$(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)))
+SP_LIB  := $(if $(NCCL_H),$(BUILD)/libflashdec_nccl.so)
 # Objects depend on the flags they were built with: a changed CC, CFLAGS or CUDA rebuilds everything.
 FLAGS_STAMP := $(BUILD)/flags.txt
 FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
@@ -42,7 +45,7 @@ $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)"
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
 .PHONY: all lib test test-cuda test-python sanitize fuzz demo bench install clean
-all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec
+all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec $(SP_LIB)
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/simd.h $(HDRS)
 	@mkdir -p $(dir $@)
@@ -65,8 +68,17 @@ $(BUILD)/libflashdec.so: $(LIB_OBJ)
 
 TOOL_OBJ := $(BUILD)/tools/bench_util.o $(BUILD)/tools/devmem.o
 
-$(BUILD)/flashdec: $(BUILD)/tools/flashdec.o $(TOOL_OBJ) $(BUILD)/libflashdec.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# -rdynamic: libflashdec_nccl.so, opened by `bench --gpus`, then calls the tool's own copy of the library
+$(BUILD)/flashdec: $(BUILD)/tools/flashdec.o $(BUILD)/tools/sp_bench.o $(TOOL_OBJ) $(BUILD)/libflashdec.a
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS) -ldl
+
+$(BUILD)/libflashdec.so.0: $(BUILD)/libflashdec.so
+	ln -sf libflashdec.so $@
+
+$(BUILD)/libflashdec_nccl.so: src/nccl/sp.c include/flashdec_nccl.h $(HDRS) $(BUILD)/libflashdec.so $(BUILD)/libflashdec.so.0
+	$(CC) $(BASE) $(CFLAGS) $(LDFLAGS) -shared -o $@ src/nccl/sp.c -L$(BUILD) -l:libflashdec.so \
+	  -L$(CUDA_HOME)/lib64 -lnccl -lcudart -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 \
+	  -Wl,-soname,libflashdec_nccl.so
 
 $(BUILD)/tests/run_tests: $(BUILD)/tests/test_main.o $(TOOL_OBJ) $(BUILD)/libflashdec.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -112,7 +124,9 @@ test-cuda: all $(BUILD)/tests/run_tests
 	./$(BUILD)/tests/run_tests --cuda
 	@if command -v compute-sanitizer >/dev/null && ./$(BUILD)/flashdec info | grep -q 'cuda device'; then \
 	  compute-sanitizer --tool memcheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 40 && \
-	  compute-sanitizer --tool racecheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 20; \
+	  compute-sanitizer --tool racecheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 20 && \
+	  compute-sanitizer --tool initcheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 20 && \
+	  compute-sanitizer --tool synccheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 20; \
 	else echo "compute-sanitizer: skipped (no tool or no CUDA device)"; fi
 
 # The C suite under AddressSanitizer + UndefinedBehaviorSanitizer (every path, a smaller sweep: the scalar
@@ -160,6 +174,8 @@ install: all
 	install -m 755 $(BUILD)/libflashdec.so $(DESTDIR)$(PREFIX)/lib/libflashdec.so.0
 	ln -sf libflashdec.so.0 $(DESTDIR)$(PREFIX)/lib/libflashdec.so
 	install -m 755 $(BUILD)/flashdec $(DESTDIR)$(PREFIX)/bin/
+	if [ -n "$(SP_LIB)" ]; then install -m 644 include/flashdec_nccl.h $(DESTDIR)$(PREFIX)/include/ && \
+	  install -m 755 $(SP_LIB) $(DESTDIR)$(PREFIX)/lib/; fi
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBS@|$(LDLIBS)|g' packaging/flashdec.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashdec.pc
 	sed -e 's|@LIBS@|$(LDLIBS)|g' packaging/flashdecConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/flashdec/flashdecConfig.cmake
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Build, test and benchmark the CUDA backend on a GPU machine in one go (the device tool runs it there).
-#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [split] [peer]      (no argument: all of them)
+#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [simt] [split] [peer] [gpus]   (no argument: all but split)
 # Logs and JSON go to $OUT (the device tool's output folder) or bench/results.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
-stages=${*:-build test sanitize bench split peer}
+stages=${*:-build test sanitize bench simt peer gpus}
 has() { [[ " $stages " == *" $1 "* ]]; }
 rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
@@ -21,16 +21,21 @@ if has test; then
   timeout 300 ./build/tests/run_tests --cuda --configs "${CONFIGS:-1000}" 2>&1 | tee "$OUT/test-cuda.log" | tail -12 || rc=1
 fi
 if has sanitize; then
-  for tool in memcheck racecheck; do
-    timeout 110 compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/run_tests --cuda --configs 12 \
+  for tool in memcheck racecheck initcheck synccheck; do
+    timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/run_tests --cuda --configs ${SAN_CONFIGS:-12} \
       > "$OUT/sanitize-$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $?"
     grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed, ' "$OUT/sanitize-$tool.log" | tail -2
+    grep -m3 -E 'Invalid|Race|Uninitialized|Barrier|Error' "$OUT/sanitize-$tool.log"
   done
 fi
 if has bench; then
   timeout 200 ./build/flashdec bench --backend cuda --ctx 1024,4096,32768,131072 --reps 10 --json "$OUT/cuda-bench.json" \
     2>&1 | tee "$OUT/bench-cuda.log" || rc=1
+fi
+if has simt; then # the SIMT kernel alone (FDEC_CUDA_KERNEL=simt), for the comparison in bench/NOTES.md
+  FDEC_CUDA_KERNEL=simt timeout 100 ./build/flashdec bench --backend cuda --ctx 4096,32768 --reps 10 --no-check \
+    2>&1 | tee "$OUT/bench-cuda-simt.log" | tail -10
 fi
 if has split; then # the shortest-chunk rule at short contexts (bench/NOTES.md)
   for mc in 128 512; do
@@ -41,5 +46,12 @@ if has split; then # the shortest-chunk rule at short contexts (bench/NOTES.md)
 fi
 if has peer; then
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1
+fi
+if has gpus; then # sequence-parallel decode over every GPU here (make sure NVLink multicast stays off)
+  n=$(nvidia-smi -L | wc -l)
+  if [ "$n" -ge 2 ]; then
+    NCCL_NVLS_ENABLE=0 timeout 300 ./build/flashdec bench --gpus "$n" --preset llama3-8b,gemma4-sliding \
+      --ctx 100000,4194304 --reps 5 2>&1 | tee "$OUT/bench-gpus-$n.log" || rc=1
+  else echo "gpus: one GPU here, skipped"; fi
 fi
 exit $rc

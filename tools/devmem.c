@@ -33,6 +33,13 @@ int fd_h2d(void *dst, const void *src, size_t n) { return cudaMemcpy(dst, src, n
 int fd_d2h(void *dst, const void *src, size_t n) { return cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost) != cudaSuccess; }
 int fd_dev_memset(void *p, int b, size_t n) { return cudaMemset(p, b, n) != cudaSuccess; }
 int fd_dev_sync(void) { return cudaDeviceSynchronize() != cudaSuccess; }
+int fd_dev_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) return cudaGetLastError(), 0;
+    return n;
+}
+int fd_dev_set(int d) { return cudaSetDevice(d) != cudaSuccess; }
+int fd_dev_stream_sync(void *s) { return cudaStreamSynchronize((cudaStream_t)s) != cudaSuccess; }
 void *fd_dev_stream_create(void) {
     cudaStream_t s = NULL;
     if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return NULL;
@@ -131,6 +138,29 @@ double fd_dev_time_graph(void *stream, void (*fn)(void *, int), void *arg, int n
     return bad ? -4 : t;
 }
 
+double fd_dev_time_events(void *stream, void (*fn)(void *, int), void *arg, int n, int reps) {
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float *ms = malloc(sizeof(float) * (size_t)reps);
+    for (int i = 0; i < n; i++) fn(arg, i); /* warm up */
+    for (int r = 0; r < reps; r++) {
+        cudaEventRecord(e0, s);
+        for (int i = 0; i < n; i++) fn(arg, i);
+        cudaEventRecord(e1, s);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms[r], e0, e1);
+    }
+    int bad = cudaGetLastError() != cudaSuccess;
+    qsort(ms, (size_t)reps, sizeof *ms, cmp_f);
+    double t = ms[reps / 2] * 1e-3 / n;
+    free(ms);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return bad ? -4 : t;
+}
+
 #else /* no CUDA in this build */
 int fd_dev_available(void) { return 0; }
 const char *fd_dev_name(void) { return "none"; }
@@ -140,6 +170,13 @@ int fd_h2d(void *d, const void *s, size_t n) { (void)d, (void)s, (void)n; return
 int fd_d2h(void *d, const void *s, size_t n) { (void)d, (void)s, (void)n; return 1; }
 int fd_dev_memset(void *p, int b, size_t n) { (void)p, (void)b, (void)n; return 1; }
 int fd_dev_sync(void) { return 1; }
+int fd_dev_count(void) { return 0; }
+int fd_dev_set(int d) { (void)d; return 1; }
+int fd_dev_stream_sync(void *s) { (void)s; return 1; }
+double fd_dev_time_events(void *s, void (*fn)(void *, int), void *a, int n, int r) {
+    (void)s, (void)fn, (void)a, (void)n, (void)r;
+    return -1;
+}
 void *fd_dev_stream_create(void) { return NULL; }
 void fd_dev_stream_destroy(void *s) { (void)s; }
 double fd_dev_copy_bandwidth(size_t bytes) { (void)bytes; return -1; }

@@ -13,6 +13,9 @@ int fd_h2d(void *dst, const void *src, size_t bytes); /* 0 on success */
 int fd_d2h(void *dst, const void *src, size_t bytes);
 int fd_dev_memset(void *p, int byte, size_t bytes);
 int fd_dev_sync(void);
+int fd_dev_count(void);              /* CUDA devices, 0 without CUDA */
+int fd_dev_set(int device);          /* cudaSetDevice; 0 on success */
+int fd_dev_stream_sync(void *s);     /* 0 on success */
 void *fd_dev_stream_create(void);
 void fd_dev_stream_destroy(void *s);
 
@@ -27,5 +30,10 @@ void fd_dev_graph_destroy(void *graph);
 /* Captures fn(arg, 0) .. fn(arg, n-1) (each enqueuing work on `stream`) into one CUDA graph, replays it `reps`
  * times and returns the median seconds of one replay divided by n; negative on failure. */
 double fd_dev_time_graph(void *stream, void (*fn)(void *arg, int i), void *arg, int n, int reps);
+
+/* Runs fn(arg, 0) .. fn(arg, n-1) on `stream` `reps` times (no graph: for work that cannot be captured, such
+ * as collectives that synchronise with other processes) and returns the median seconds of one call; negative on
+ * failure. */
+double fd_dev_time_events(void *stream, void (*fn)(void *arg, int i), void *arg, int n, int reps);
 
 #endif

@@ -9,6 +9,7 @@
  */
 #include "bench_util.h"
 #include "devmem.h"
+#include "sp_bench.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -359,7 +360,12 @@ static const char *bench_help =
     "  --rotate-mb N         rotate among cache copies covering N MiB (default 256: each call misses the\n"
     "                        L3); 0 times one cache over and over (in-cache speed)\n"
     "  --no-check            skip the reference check (faster at long contexts)\n"
-    "  --json FILE           also write the results as JSON\n";
+    "  --json FILE           also write the results as JSON\n"
+    "  --gpus N              sequence-parallel decode over N GPUs (libflashdec_nccl, one process a GPU):\n"
+    "                        each holds L/N positions; prints the single-GPU and N-GPU times, the speedup and\n"
+    "                        the largest difference between the two results (default --ctx 4194304)\n";
+
+static const char *g_argv0 = "flashdec"; /* to find libflashdec_nccl.so beside the tool */
 
 static int cmd_bench(int argc, char **argv, int demo) {
     uint32_t ctxs[32] = {1024, 4096, 32768, 131072}, thr[8] = {(uint32_t)online_cpus()};
@@ -369,6 +375,7 @@ static int cmd_bench(int argc, char **argv, int demo) {
     preset custom = {"custom", 0, 0, 0, 0, 0, 0};
     bench_opts bo = {FDEC_BACKEND_CPU, FDEC_CPU_AUTO, FDEC_F32, FDEC_F16, FDEC_F32, 5, 1, (size_t)256 << 20};
     const char *json = NULL, *cmd = demo ? "demo" : "bench";
+    int gpus = 0, ctx_given = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -381,7 +388,8 @@ static int cmd_bench(int argc, char **argv, int demo) {
         if (demo) return usage_error(cmd, "unknown option '%s'", a);
         if (!strcmp(a, "--no-check")) { bo.check = 0; continue; }
         static const char *const valued[] = {"--preset", "--shape", "--window", "--ring", "--ctx", "--threads", "--kv",
-                                             "--q", "--out", "--backend", "--path", "--reps", "--rotate-mb", "--json"};
+                                             "--q", "--out", "--backend", "--path", "--reps", "--rotate-mb", "--json",
+                                             "--gpus"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return usage_error(cmd, "unknown option '%s'", a);
@@ -404,6 +412,7 @@ static int cmd_bench(int argc, char **argv, int demo) {
         else if (!strcmp(a, "--ring")) custom.ring = (uint32_t)atol(val);
         else if (!strcmp(a, "--ctx")) {
             if ((nctx = parse_list(val, ctxs, 32)) < 1) return usage_error(cmd, "bad --ctx list '%s'", val);
+            ctx_given = 1;
         } else if (!strcmp(a, "--threads")) {
             if ((nthr = parse_list(val, thr, 8)) < 1) return usage_error(cmd, "bad --threads list '%s'", val);
         } else if (!strcmp(a, "--kv")) {
@@ -427,11 +436,24 @@ static int cmd_bench(int argc, char **argv, int demo) {
         } else if (!strcmp(a, "--rotate-mb")) {
             bo.rotate_bytes = (size_t)atol(val) << 20;
         } else if (!strcmp(a, "--json")) json = val;
+        else if (!strcmp(a, "--gpus")) {
+            if ((gpus = atoi(val)) < 1 || gpus > 64) return usage_error(cmd, "--gpus must be in 1..64, got '%s'", val);
+        }
         else return usage_error(cmd, "unknown option '%s'", a);
     }
     if (custom.D) sel[nsel++] = &custom;
     if (!nsel)
         for (int i = 0; i < NPRESETS; i++) sel[nsel++] = &presets[i];
+    if (gpus) { /* sequence-parallel mode: f16 K/V, f32 q/out, contiguous cache (a preset's ring is dropped) */
+        if (!ctx_given) ctxs[0] = 4194304, nctx = 1;
+        int rc = 0;
+        for (int i = 0; i < nsel; i++) {
+            sp_bench_args sb = {sel[i]->name, sel[i]->D, sel[i]->H, sel[i]->G, sel[i]->window, sel[i]->scale,
+                                ctxs, nctx, gpus, bo.reps};
+            rc |= fd_sp_bench(&sb, g_argv0);
+        }
+        return rc;
+    }
     if (demo) {
         static const uint32_t demo_ctx[] = {1024, 4096, 16384, 32768};
         nctx = 4;
@@ -606,6 +628,7 @@ static int cmd_info(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* line by line, also into a pipe */
+    g_argv0 = argv[0];
     const char *help = "usage: flashdec <command> [options]\n"
                        "  demo     the model presets at 1k..32k on the CPU, checked and timed (about a minute)\n"
                        "  bench    timing table against this machine's ceilings (--help for options)\n"

@@ -1,0 +1,19 @@
+/* sp_bench.h — `flashdec bench --gpus N` (sp_bench.c). */
+#ifndef FDEC_SP_BENCH_H
+#define FDEC_SP_BENCH_H
+
+#include "../src/internal.h"
+
+typedef struct {
+    const char *name;
+    uint32_t D, H, G, window;
+    float scale;
+    const uint32_t *ctx;
+    int nctx, gpus, reps;
+} sp_bench_args;
+
+/* Runs the multi-GPU table (one line per context length); `self` is argv[0], to find libflashdec_nccl.so
+ * beside the tool. Returns the exit code. */
+int fd_sp_bench(const sp_bench_args *b, const char *self);
+
+#endif

@@ -18,7 +18,7 @@ if has build; then
   echo "build: ok"
 fi
 if has test; then
-  timeout 300 ./build/tests/run_tests --cuda --configs "${CONFIGS:-1000}" 2>&1 | tee "$OUT/test-cuda.log" | tail -12 || rc=1
+  timeout 180 ./build/tests/run_tests --cuda --configs "${CONFIGS:-1000}" 2>&1 | tee "$OUT/test-cuda.log" | tail -12 || rc=1
 fi
 if has sanitize; then
   for tool in memcheck racecheck initcheck synccheck; do
@@ -30,7 +30,7 @@ if has sanitize; then
   done
 fi
 if has bench; then
-  timeout 200 ./build/flashdec bench --backend cuda --ctx 1024,4096,32768,131072 --reps 10 --json "$OUT/cuda-bench.json" \
+  timeout 150 ./build/flashdec bench --backend cuda --ctx 1024,4096,32768,131072 --reps 10 --json "$OUT/cuda-bench.json" \
     2>&1 | tee "$OUT/bench-cuda.log" || rc=1
 fi
 if has simt; then # the SIMT kernel alone (FDEC_CUDA_KERNEL=simt), for the comparison in bench/NOTES.md
@@ -45,12 +45,12 @@ if has split; then # the shortest-chunk rule at short contexts (bench/NOTES.md)
   done
 fi
 if has peer; then
-  PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1
+  PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1
 fi
 if has gpus; then # sequence-parallel decode over every GPU here (make sure NVLink multicast stays off)
   n=$(nvidia-smi -L | wc -l)
   if [ "$n" -ge 2 ]; then
-    NCCL_NVLS_ENABLE=0 timeout 300 ./build/flashdec bench --gpus "$n" --preset llama3-8b,gemma4-sliding \
+    NCCL_NVLS_ENABLE=0 timeout 200 ./build/flashdec bench --gpus "$n" --preset llama3-8b,gemma4-sliding \
       --ctx 100000,4194304 --reps 5 2>&1 | tee "$OUT/bench-gpus-$n.log" || rc=1
   else echo "gpus: one GPU here, skipped"; fi
 fi

@@ -1,7 +1,8 @@
 /* cuda.cu — the CUDA backend: device and stream, scratch, the split rule for the GPU, kernel choice and
  * launch. The kernel is in kernels.cuh.
  *
- * A call launches one kernel on the context's stream and nothing else: no allocation once
+ * A call launches two kernels on the context's stream (the decode, then the merge of its chunks) and nothing
+ * else: no allocation once
  * the scratch is large enough (fdec_context_reserve, or the first call of the largest shape), no copy, no
  * synchronisation, so it can be captured into a CUDA graph. */
 #include <cuda_runtime.h>
@@ -27,14 +28,12 @@ extern "C" {
 #define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 
 typedef struct {
-    int device, sms;
+    int device, sms, cc_major;
     uint32_t min_chunk;
     int simt_only; /* FDEC_CUDA_KERNEL=simt: never the tensor-core kernel (for comparisons and tests) */
     cudaStream_t stream;
-    float *scratch; /* [ccap counters][part_m, part_l, part_o], one allocation */
-    size_t ccap;    /* counters the scratch holds: they stay at its start, so a smaller call never writes
-                       partial states where a larger call's counters live */
-    size_t fcap;    /* floats of partial state after them */
+    float *scratch; /* partial states [part_o][part_m][part_l], or fdec_merge's accumulator */
+    size_t fcap;    /* floats the scratch holds */
 } cuda_impl;
 
 static fdec_status cuda_err(cudaError_t e, const char *what) {
@@ -132,24 +131,18 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
     uint32_t lanes = (uint32_t)(c->sms * BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
     lp.split = fdec_make_split(p, lanes, c->min_chunk, MAX_CHUNKS);
-    /* shared memory: the warps' states [2 + D] per head, or the merge's weights [nc + 1] per head */
-    size_t states = 2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D;
-    size_t merge = (size_t)lp.rt * (lp.split.num_chunks + 3);
-    lp.smem = (states > merge ? states : merge) * sizeof(float);
-    if (lp.smem < lp.pipe) lp.smem = lp.pipe; /* the cp.async ring, reused by the merges after the loop */
+    /* shared memory: the warps' states [2 + D] per head, in the ring's memory after the loop */
+    lp.smem = (2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D) * sizeof(float);
+    if (lp.smem < lp.pipe) lp.smem = lp.pipe;
     return lp;
 }
 
-/* Scratch a call needs: one counter per (KV head, head tile), at most H of them, and m, l and o of every (head,
- * chunk). */
+/* Scratch a call needs: m, l and o of every (head, chunk). */
 static size_t state_floats(const fdec_problem *p, uint32_t nc) { return (size_t)p->H * nc * (2 + (size_t)p->D); }
 
-static fdec_status ensure_scratch(cuda_impl *c, size_t counters, size_t floats) {
-    if (counters <= c->ccap && floats <= c->fcap) return FDEC_OK;
-    counters = (counters + 3) / 4 * 4; /* keeps the states after them 16-byte aligned */
-    if (counters < c->ccap) counters = c->ccap;
-    if (floats < c->fcap) floats = c->fcap;
-    const size_t bytes = counters * sizeof(unsigned) + floats * sizeof(float);
+static fdec_status ensure_scratch(cuda_impl *c, size_t floats) {
+    if (floats <= c->fcap) return FDEC_OK;
+    const size_t bytes = floats * sizeof(float);
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(c->stream, &cs);
     if (cs != cudaStreamCaptureStatusNone)
@@ -163,13 +156,8 @@ static fdec_status ensure_scratch(cuda_impl *c, size_t counters, size_t floats) 
         return fdec_set_error(FDEC_ENOMEM, "cudaMalloc of %zu bytes of scratch failed: %s", bytes,
                               cudaGetErrorString(e));
     }
-    if ((e = cudaMemset(s, 0, bytes)) != cudaSuccess) { /* the counters start at zero and stay so between calls */
-        cudaFree(s);
-        return cuda_err(e, "cudaMemset");
-    }
-    if (c->scratch) cudaFree(c->scratch);
+    if (c->scratch) cudaFree(c->scratch); /* synchronises with work still using it */
     c->scratch = s;
-    c->ccap = counters;
     c->fcap = floats;
     return FDEC_OK;
 }
@@ -180,7 +168,7 @@ static fdec_status cuda_reserve(void *impl, const fdec_problem *p) {
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     launch_plan lp = make_plan(c, p, 0, 0);
     /* the split does not depend on alignment, only the kernel does */
-    return ensure_scratch(c, p->H, state_floats(p, lp.split.num_chunks));
+    return ensure_scratch(c, state_floats(p, lp.split.num_chunks));
 }
 
 static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
@@ -190,13 +178,12 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     launch_plan lp = make_plan(c, p, (uint64_t)(uintptr_t)k, (uint64_t)(uintptr_t)v);
     const uint32_t nc = lp.split.num_chunks;
-    fdec_status st = ensure_scratch(c, p->H, state_floats(p, nc));
+    fdec_status st = ensure_scratch(c, state_floats(p, nc));
     if (st) return st;
     fdec_cuda_params prm;
     memset(&prm, 0, sizeof prm);
     prm.q = q, prm.k = k, prm.v = v, prm.out = out, prm.lse = lse;
-    prm.counters = (unsigned *)c->scratch;
-    prm.part_o = c->scratch + c->ccap; /* sizeof(unsigned) == sizeof(float); ccap is a multiple of 4 */
+    prm.part_o = c->scratch; /* 16-byte aligned: cudaMalloc */
     prm.part_m = prm.part_o + (size_t)p->H * nc * p->D;
     prm.part_l = prm.part_m + (size_t)p->H * nc;
     prm.D = p->D, prm.H = p->H, prm.G = p->G, prm.R = p->R;
@@ -212,6 +199,21 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     dim3 grid((unsigned)lp.tiles, nc, p->G);
     lp.fn<<<grid, FDEC_CUDA_WARPS * 32, lp.smem, c->stream>>>(prm);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the kernel launch");
+    /* the merge: a block per (head, 128 dimensions); on sm_90 a programmatic dependent launch, so that its
+     * launch overlaps the decode kernel's last blocks (it waits for the whole decode grid before reading) */
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(p->H, (p->D + FDEC_MERGE_SLICE - 1) / FDEC_MERGE_SLICE, 1);
+    cfg.blockDim = dim3(FDEC_MERGE_SLICE, 1, 1);
+    cfg.dynamicSmemBytes = (nc + 3) * sizeof(float);
+    cfg.stream = c->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = c->cc_major >= 9 ? 1 : 0;
+    if ((e = cudaLaunchKernelEx(&cfg, fdec_chunk_merge_kernel, prm)) != cudaSuccess)
+        return cuda_err(e, "the merge kernel launch");
     return FDEC_OK;
 }
 
@@ -223,7 +225,7 @@ static void cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     info->num_chunks = lp.split.num_chunks;
     info->chunk_len = lp.split.chunk_len;
     info->grouped = 1;
-    info->scratch_bytes = p->H * sizeof(unsigned) + state_floats(p, lp.split.num_chunks) * sizeof(float);
+    info->scratch_bytes = state_floats(p, lp.split.num_chunks) * sizeof(float);
     info->path = lp.mma ? "cuda-mma" : lp.fast ? "cuda-vec16" : "cuda-generic";
 }
 
@@ -279,8 +281,8 @@ static fdec_status cuda_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fd
     if ((st = check_one("out", out)) || (st = check_one("lse", lse))) return st;
     float *acc = NULL;
     if (n > FDEC_CUDA_MERGE_MAX) {
-        if ((st = ensure_scratch(c, c->ccap, (size_t)H * (D + 1)))) return st;
-        acc = c->scratch + c->ccap;
+        if ((st = ensure_scratch(c, (size_t)H * (D + 1)))) return st;
+        acc = c->scratch;
     }
     fdec_merge_params mp;
     memset(&mp, 0, sizeof mp);
@@ -322,6 +324,7 @@ extern "C" fdec_status fdec_cuda_create(const fdec_options *o, void **impl, cons
     if (!c) return fdec_set_error(FDEC_ENOMEM, "out of memory creating the CUDA backend");
     c->device = o->cuda_device;
     c->sms = sms;
+    cudaDeviceGetAttribute(&c->cc_major, cudaDevAttrComputeCapabilityMajor, o->cuda_device);
     const char *mc = getenv("FDEC_CUDA_MIN_CHUNK");
     c->min_chunk = mc && atoi(mc) > 0 ? (uint32_t)atoi(mc) : MIN_CHUNK;
     const char *kern = getenv("FDEC_CUDA_KERNEL");

@@ -1,4 +1,5 @@
-/* kernels.cuh — the CUDA decode-attention kernel: split-KV partials and their merge, in one launch.
+/* kernels.cuh — the SIMT decode-attention kernel (f32 K/V, unaligned and odd shapes, and FDEC_CUDA_KERNEL=simt),
+ * the block tail both decode kernels share, and the merge of partial states (split-KV combine and fdec_merge).
  *
  * Block (head tile x, chunk y, KV head z) computes the partial state (state.h) of up to RT query heads of KV
  * head z over the chunk's positions, so each K/V row is read from memory once for all the heads of its group.
@@ -6,8 +7,8 @@
  * paths), E elements per lane; a warp covers GROUPS = 32/T rows at once and U of those row sets per step, and
  * loads the next step's rows before it computes this one (two steps in flight). Each lane group runs its own
  * online softmax; groups merge by shuffles, warps through shared memory, and the block writes one (m, l, o)
- * per head. The last block of a (head tile, KV head) to finish, found with an atomic counter, merges all the
- * chunks' states into out and lse and sets the counter back to zero for the next call.
+ * per head into the scratch; fdec_chunk_merge_kernel, launched right after, merges the chunks' states into out
+ * and lse.
  *
  * Inside the kernel scores are in base 2 (q is pre-multiplied by scale * log2 e); states in the scratch are in
  * natural-log units so that the merge is the one of state.h.
@@ -33,7 +34,6 @@ struct fdec_cuda_params {
     void *out;
     float *lse;
     float *part_m, *part_l, *part_o; /* [H][nc], [H][nc], [H][nc][D]; part_o 16-byte aligned */
-    unsigned *counters;              /* [G][tiles], zero between calls */
     uint32_t D, H, G, R;
     uint32_t lo, hi, ring, ring_lo; /* attended [lo, hi); ring_lo = lo % ring */
     uint32_t nc, chunk_len;
@@ -157,7 +157,7 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
         const int r = idx / (Dr / W), d = (idx - r * (Dr / W)) * W;
         const float L = sL[r];
         float O[W] = {};
-#pragma unroll 8
+#pragma unroll 16
         for (uint32_t c = 0; c < n; c++) {
             const float w = sw[r * n + c];
             if (w == 0.f) continue;
@@ -185,17 +185,19 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
 }
 
 /* The end of a decode block: merges its NS partial states (in shared memory: m[NS][RT] in base 2, l[NS][RT],
- * o[NS][RT][D]) into the chunk's state in the scratch; the last block of a (head tile, KV head) to finish,
- * found with an atomic counter, merges every chunk's state into out and lse and sets the counter back to zero
- * for the next call. */
+ * o[NS][RT][D]) into the chunk's state in the scratch (m in natural-log units). A chunk whose o came out
+ * non-finite (an inf in V, a NaN anywhere) gets m = l = NaN, so that the merge makes its head NaN. The states
+ * are merged by fdec_chunk_merge_kernel, launched right after this kernel. */
 template <int D, int RT, int NS>
-__device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, uint32_t h0, uint32_t g,
-                                uint32_t tile, uint32_t chunk) {
+__device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, uint32_t h0, uint32_t chunk) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); /* the merge kernel may start launching */
+#endif
     const int Dr = D ? D : (int)p.D;
     const float *sm_m = smem, *sm_l = smem + NS * RT, *sm_o = smem + 2 * NS * RT;
     const float ln2 = 0.69314718055994531f;
-    __shared__ float sm_L[RT];
-    __shared__ int sm_bad[RT]; /* a non-finite output element (an inf in V): the whole head becomes NaN */
+    __shared__ float sm_L[RT], sm_M[RT];
+    __shared__ int sm_bad[RT];
     if (threadIdx.x < RT) sm_bad[threadIdx.x] = 0;
     __syncthreads();
     for (int idx = threadIdx.x; idx < nh * Dr; idx += blockDim.x) {
@@ -212,24 +214,41 @@ __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, 
         const size_t hc = (size_t)(h0 + r) * p.nc + chunk;
         p.part_o[hc * Dr + d] = O;
         if (!isfinite(O)) sm_bad[r] = 1;
-        if (d == 0) p.part_m[hc] = M * ln2, sm_L[r] = L;
+        if (d == 0) sm_M[r] = M * ln2, sm_L[r] = L;
     }
     __syncthreads();
-    if (threadIdx.x < nh) p.part_l[(size_t)(h0 + threadIdx.x) * p.nc + chunk] = sm_bad[threadIdx.x] ? NAN : sm_L[threadIdx.x];
+    if (threadIdx.x < nh) {
+        const size_t hc = (size_t)(h0 + threadIdx.x) * p.nc + chunk;
+        const bool bad = sm_bad[threadIdx.x] || sm_L[threadIdx.x] != sm_L[threadIdx.x];
+        p.part_m[hc] = bad ? NAN : sm_M[threadIdx.x];
+        p.part_l[hc] = bad ? NAN : sm_L[threadIdx.x];
+    }
+}
 
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&p.counters[g * gridDim.x + tile], 1u) == p.nc - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    /* sw: [RT][nc] weights, then 3 RT; the host sized smem for it */
-    constexpr int W = D && D % 4 == 0 ? 4 : 1;
-    const fdec_chunk_src src = {p.part_m, p.part_l, p.part_o, p.nc, (uint32_t)Dr, h0};
-    fdec_merge_heads<W>(src, nh, p.nc, Dr, smem, smem + RT * p.nc, p.out, (size_t)h0 * Dr, p.ot,
-                        p.lse ? p.lse + h0 : NULL);
-    if (threadIdx.x == 0) p.counters[g * gridDim.x + tile] = 0; /* ready for the next call */
+/* The chunk states of a decode, with the dimension offset of a merge block's slice. */
+struct fdec_chunk_slice_src {
+    fdec_chunk_src s;
+    int d0;
+    __device__ float mv(int r, uint32_t c) const { return s.mv(r, c); }
+    __device__ float lv(int r, uint32_t c) const { return s.lv(r, c); }
+    template <int W>
+    __device__ void ov(int r, uint32_t c, int d, float (&x)[W]) const { s.template ov<W>(r, c, d0 + d, x); }
+};
+
+/* Merges the decode's chunk states into out and lse: block (head, slice of FDEC_MERGE_SLICE dimensions), so the
+ * merge is spread over H x D / 128 blocks and its L2 reads are in flight together. On sm_90 it is launched as a
+ * programmatic dependent of the decode kernel and waits for it here. */
+#define FDEC_MERGE_SLICE 128
+__global__ void __launch_bounds__(FDEC_MERGE_SLICE) fdec_chunk_merge_kernel(const fdec_cuda_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    extern __shared__ float msm[]; /* [nc] weights, then 3 */
+    const uint32_t h = blockIdx.x;
+    const int d0 = blockIdx.y * FDEC_MERGE_SLICE, width = min(FDEC_MERGE_SLICE, (int)p.D - d0);
+    const fdec_chunk_slice_src src = {{p.part_m, p.part_l, p.part_o, p.nc, p.D, h}, d0};
+    fdec_merge_heads<1>(src, 1, p.nc, width, msm, msm + p.nc, p.out, (size_t)h * p.D + d0, p.ot,
+                        p.lse && blockIdx.y == 0 ? p.lse + h : NULL);
 }
 
 /* fdec_merge on the device: up to FDEC_CUDA_MERGE_MAX (out_i, lse_i) pairs per launch, a block per tile of 8
@@ -470,5 +489,5 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         }
     }
     __syncthreads();
-    fdec_block_tail<D, RT, NW>(p, smem, nh, h0, g, tile, chunk);
+    fdec_block_tail<D, RT, NW>(p, smem, nh, h0, chunk);
 }

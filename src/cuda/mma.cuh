@@ -19,7 +19,7 @@
  * add their partial scores through shared memory. A stage holds NP = 32 KiB / (4 D) positions of K and V
  * (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); STAGES stages are in
  * flight. After the loop each position group is one partial state, and the block's tail (kernels.cuh,
- * fdec_block_tail) merges them, writes the chunk state and lets the last block merge the chunks.
+ * fdec_block_tail) merges them and writes the chunk state; fdec_chunk_merge_kernel merges the chunks.
  */
 #pragma once
 #include "kernels.cuh"
@@ -329,5 +329,5 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
         }
     }
     __syncthreads();
-    fdec_block_tail<D, RT, WP>(p, smem, nh, h0, g, tile, chunk);
+    fdec_block_tail<D, RT, WP>(p, smem, nh, h0, chunk);
 }

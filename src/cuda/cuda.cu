@@ -196,6 +196,10 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
         e = cudaFuncSetAttribute((const void *)lp.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lp.smem);
         if (e != cudaSuccess) return cuda_err(e, "cudaFuncSetAttribute");
     }
+    /* both kernels ask for the largest shared-memory carveout, so that the SMs need no reconfiguration (an L1
+     * flush) between the decode and the merge */
+    cudaFuncSetAttribute((const void *)lp.fn, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    cudaFuncSetAttribute((const void *)fdec_chunk_merge_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     dim3 grid((unsigned)lp.tiles, nc, p->G);
     lp.fn<<<grid, FDEC_CUDA_WARPS * 32, lp.smem, c->stream>>>(prm);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the kernel launch");

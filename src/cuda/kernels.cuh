@@ -139,10 +139,27 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
     int *sbad = reinterpret_cast<int *>(sx + 2 * nh);
     for (int r = warp; r < nh; r += nw) {
         float M = -INFINITY, L = 0.f;
-        for (uint32_t c = lane; c < n; c += 32) M = fdec_max_nan(M, src.mv(r, c));
+        /* m and l of up to 256 states in registers, loaded together: one round trip */
+        float mr[8], lr[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint32_t c = lane + 32 * j;
+            mr[j] = c < n ? src.mv(r, c) : -INFINITY;
+            lr[j] = c < n ? src.lv(r, c) : 0.f;
+        }
+        for (uint32_t c = lane + 256; c < n; c += 32) M = fdec_max_nan(M, src.mv(r, c));
+#pragma unroll
+        for (int j = 0; j < 8; j++) M = fdec_max_nan(M, mr[j]);
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) M = fdec_max_nan(M, __shfl_xor_sync(0xffffffffu, M, off));
-        for (uint32_t c = lane; c < n; c += 32) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint32_t c = lane + 32 * j;
+            const float w = fdec_state_weight(mr[j], M);
+            if (c < n) sw[r * n + c] = w;
+            if (w != 0.f) L += w * lr[j];
+        }
+        for (uint32_t c = lane + 256; c < n; c += 32) {
             const float w = fdec_state_weight(src.mv(r, c), M);
             sw[r * n + c] = w;
             if (w != 0.f) L += w * src.lv(r, c);

@@ -130,6 +130,62 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
     const uint32_t g = blockIdx.z, chunk = blockIdx.y, tile = blockIdx.x, h0 = g * p.R + tile * RT;
     const int nh = min(RT, (int)(p.R - tile * RT));
 
+    float m = -INFINITY, l = 0.f; /* state of head gq (base 2; l in units of PSCALE), per lane: l is partial */
+    float o[OT][4];
+#pragma unroll
+    for (int j = 0; j < OT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+    const uint32_t c0 = p.lo + chunk * p.chunk_len, c1 = min(p.hi, c0 + p.chunk_len);
+    const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
+    const int nsteps = (int)((c1 - c0 + NP - 1) / NP);
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    /* stage s: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)) */
+    auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * FDEC_MMA_STAGE_BYTES); };
+    auto vst = [&](int s) { return kst(s) + NP * CH; };
+    float *xs = reinterpret_cast<float *>(smem_raw + (size_t)FDEC_MMA_STAGES * FDEC_MMA_STAGE_BYTES);
+
+    /* this thread's piece of each row it copies: fixed column, rows tid / CH + i * ROWS_PER_PASS */
+    const int cp_c = threadIdx.x % CH, cp_r = threadIdx.x / CH;
+    const size_t pass_stride = (size_t)S::ROWS_PER_PASS * p.ps; /* elements between this thread's rows */
+    auto issue = [&](int step, int s) {
+        const uint64_t base = (uint64_t)c0 + (uint64_t)step * NP;
+        uint4 *ks_ = kst(s), *vs_ = vst(s);
+        if (!p.ring && base + NP <= c1) { /* every row of the step there and contiguous: pointer steps */
+            const KT *kp = kbase + (size_t)(base + cp_r) * p.ps + cp_c * 8, *vp = vbase + (kp - kbase);
+#pragma unroll
+            for (int i = 0; i < NP / S::ROWS_PER_PASS; i++) {
+                const int r = cp_r + i * S::ROWS_PER_PASS, at = r * CH + (cp_c ^ (r & 7));
+                fdec_cp_async16(ks_ + at, kp + i * pass_stride);
+                fdec_cp_async16(vs_ + at, vp + i * pass_stride);
+            }
+            return;
+        }
+#pragma unroll
+        for (int i = 0; i < NP / S::ROWS_PER_PASS; i++) {
+            const int r = cp_r + i * S::ROWS_PER_PASS;
+            const uint64_t t = base + r;
+            const bool ok = t < c1;
+            uint32_t row = 0;
+            if (ok) {
+                if (p.ring) {
+                    row = p.ring_lo + (uint32_t)(t - p.lo);
+                    if (row >= p.ring) row -= p.ring;
+                } else row = (uint32_t)t;
+            }
+            const size_t off = (size_t)row * p.ps + cp_c * 8;
+            const int at = r * CH + (cp_c ^ (r & 7));
+            fdec_cp_async16_zfill(ks_ + at, kbase + off, ok); /* rows past c1 are zero-filled, not read */
+            fdec_cp_async16_zfill(vs_ + at, vbase + off, ok);
+        }
+    };
+
+#pragma unroll
+    for (int s = 0; s < FDEC_MMA_STAGES - 1; s++) {
+        if (s < nsteps) issue(s, s);
+        fdec_cp_async_commit();
+    }
+    /* q while the first steps' rows are on their way */
     /* q fragments (A operand, row-major 16 x 16 per k-step): rows gq (term 0) and gq + 8 (term 1) */
     unsigned qa[KS][4], qa3[NTERM == 3 ? KS : 1][2];
     float qinv;
@@ -167,50 +223,6 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
         }
     }
 
-    float m = -INFINITY, l = 0.f; /* state of head gq (base 2; l in units of PSCALE), per lane: l is partial */
-    float o[OT][4];
-#pragma unroll
-    for (int j = 0; j < OT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-
-    const uint32_t c0 = p.lo + chunk * p.chunk_len, c1 = min(p.hi, c0 + p.chunk_len);
-    const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
-    const int nsteps = (int)((c1 - c0 + NP - 1) / NP);
-
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    /* stage s: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)) */
-    auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * FDEC_MMA_STAGE_BYTES); };
-    auto vst = [&](int s) { return kst(s) + NP * CH; };
-    float *xs = reinterpret_cast<float *>(smem_raw + (size_t)FDEC_MMA_STAGES * FDEC_MMA_STAGE_BYTES);
-
-    /* this thread's piece of each row it copies: fixed column, rows tid / CH + i * ROWS_PER_PASS */
-    const int cp_c = threadIdx.x % CH, cp_r = threadIdx.x / CH;
-    auto issue = [&](int step, int s) {
-        const uint64_t base = (uint64_t)c0 + (uint64_t)step * NP;
-        uint4 *ks_ = kst(s), *vs_ = vst(s);
-#pragma unroll
-        for (int i = 0; i < NP / S::ROWS_PER_PASS; i++) {
-            const int r = cp_r + i * S::ROWS_PER_PASS;
-            const uint64_t t = base + r;
-            const bool ok = t < c1;
-            uint32_t row = 0;
-            if (ok) {
-                if (p.ring) {
-                    row = p.ring_lo + (uint32_t)(t - p.lo);
-                    if (row >= p.ring) row -= p.ring;
-                } else row = (uint32_t)t;
-            }
-            const size_t off = (size_t)row * p.ps + cp_c * 8;
-            const int at = r * CH + (cp_c ^ (r & 7));
-            fdec_cp_async16_zfill(ks_ + at, kbase + off, ok); /* rows past c1 are zero-filled, not read */
-            fdec_cp_async16_zfill(vs_ + at, vbase + off, ok);
-        }
-    };
-
-#pragma unroll
-    for (int s = 0; s < FDEC_MMA_STAGES - 1; s++) {
-        if (s < nsteps) issue(s, s);
-        fdec_cp_async_commit();
-    }
     const int prow = pg * PW; /* this warp's first position in a stage */
     for (int it = 0; it < nsteps; it++) {
         fdec_cp_async_wait<FDEC_MMA_STAGES - 2>();
@@ -221,9 +233,12 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
         const uint4 *K = kst(s), *V = vst(s);
 
         /* S^T tiles: rows = heads (two terms), columns = 8 positions */
-        float sc[NT][4];
+        /* two accumulators per tile (even and odd k-steps): half the chain of dependent MMAs */
+        float sc[NT][4], sd[NT][4];
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) sc[nt][j] = sd[nt][j] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < KS / 2; kk++)
 #pragma unroll
@@ -232,19 +247,19 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
                 unsigned b[4];
                 fdec_ldsm_x4(b, K + r * CH + (c ^ (r & 7)));
                 fdec_mma<KT>(sc[nt], qa[2 * kk], b[0], b[1]);
-                fdec_mma<KT>(sc[nt], qa[2 * kk + 1], b[2], b[3]);
+                fdec_mma<KT>(sd[nt], qa[2 * kk + 1], b[2], b[3]);
                 if constexpr (NTERM == 3) {
                     const unsigned a0[4] = {qa3[2 * kk][0], 0u, qa3[2 * kk][1], 0u};
                     const unsigned a1[4] = {qa3[2 * kk + 1][0], 0u, qa3[2 * kk + 1][1], 0u};
                     fdec_mma<KT>(sc[nt], a0, b[0], b[1]);
-                    fdec_mma<KT>(sc[nt], a1, b[2], b[3]);
+                    fdec_mma<KT>(sd[nt], a1, b[2], b[3]);
                 }
             }
         float sv[NT][2]; /* head gq at positions prow + nt * 8 + 2 cq + {0, 1} */
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            sv[nt][0] = (sc[nt][0] + sc[nt][2]) * qinv;
-            sv[nt][1] = (sc[nt][1] + sc[nt][3]) * qinv;
+            sv[nt][0] = ((sc[nt][0] + sd[nt][0]) + (sc[nt][2] + sd[nt][2])) * qinv;
+            sv[nt][1] = ((sc[nt][1] + sd[nt][1]) + (sc[nt][3] + sd[nt][3])) * qinv;
         }
         if constexpr (WD > 1) { /* add the partial scores of the group's warps, in warp order in every warp */
             float *mine = xs + ((size_t)warp * 32 + lane) * NT * 2;

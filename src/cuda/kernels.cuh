@@ -174,14 +174,19 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
         const int r = idx / (Dr / W), d = (idx - r * (Dr / W)) * W;
         const float L = sL[r];
         float O[W] = {};
-#pragma unroll 16
-        for (uint32_t c = 0; c < n; c++) {
-            const float w = sw[r * n + c];
-            if (w == 0.f) continue;
-            float x[W];
-            src.template ov<W>(r, c, d, x);
+        /* 16 states at a time, loaded unconditionally (every address is valid) so that the loads are in flight
+         * together; a state of weight 0 is dropped by a select, not multiplied (its o may be NaN) */
+        for (uint32_t c0 = 0; c0 < n; c0 += 16) {
+            float x[16][W];
 #pragma unroll
-            for (int k = 0; k < W; k++) O[k] += w * x[k];
+            for (int j = 0; j < 16; j++)
+                if (c0 + j < n) src.template ov<W>(r, c0 + j, d, x[j]);
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const float w = c0 + j < n ? sw[r * n + c0 + j] : 0.f;
+#pragma unroll
+                for (int k = 0; k < W; k++) O[k] += w != 0.f ? w * x[j][k] : 0.f;
+            }
         }
         const bool empty = L == 0.f && sM[r] == -INFINITY;
 #pragma unroll

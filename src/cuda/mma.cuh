@@ -25,7 +25,6 @@
 #include "kernels.cuh"
 
 #define FDEC_MMA_STAGE_BYTES 32768
-#define FDEC_MMA_STAGES 3
 
 template <int D>
 struct fdec_mma_shape {
@@ -43,10 +42,10 @@ struct fdec_mma_shape {
     static_assert(CH >= 8, "the swizzle needs 8 pieces per row");
 };
 
-template <int D>
+template <int D, int STAGES>
 constexpr size_t fdec_mma_smem_bytes() {
     /* the ring, and at D > 128 the partial scores the warps of a group exchange */
-    return (size_t)FDEC_MMA_STAGES * FDEC_MMA_STAGE_BYTES +
+    return (size_t)STAGES * FDEC_MMA_STAGE_BYTES +
            (fdec_mma_shape<D>::WD > 1 ? (size_t)FDEC_CUDA_WARPS * 32 * fdec_mma_shape<D>::NT * 2 * sizeof(float) : 0);
 }
 
@@ -114,8 +113,9 @@ __device__ __forceinline__ void fdec_split16(float x, float (&t)[3]) {
     t[2] = fdec_split_terms<KT>::N == 3 ? fdec_round16<KT>(r - t[1]) : 0.f;
 }
 
-template <typename KT, int D>
-__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const fdec_cuda_params p) {
+template <typename KT, int D, int STAGES>
+__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fdec_mma_kernel(const fdec_cuda_params p) {
+    constexpr int FDEC_MMA_STAGES = STAGES;
     using S = fdec_mma_shape<D>;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
                   CH = S::CH;

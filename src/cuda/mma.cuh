@@ -37,7 +37,11 @@ struct fdec_mma_shape {
     static constexpr int KS = DW / 16;                              /* k-steps of Q K^T per warp */
     static constexpr int OT = DW / 8;                               /* output tiles (8 dimensions) per warp */
     static constexpr int CH = D / 8;                                /* 16-byte pieces per row */
-    static constexpr int ROWS_PER_PASS = FDEC_CUDA_WARPS * 32 / CH; /* rows one cp.async pass of the block covers */
+    /* who copies a step's rows: at D <= 128 (WD = 1) each warp its own PW rows, so a warp depends on no other
+     * warp in the loop (no block barrier); else the whole block all NP rows */
+    static constexpr int CT = WD == 1 ? 32 : FDEC_CUDA_WARPS * 32; /* copying threads */
+    static constexpr int CR = WD == 1 ? PW : NP;                    /* rows they copy */
+    static constexpr int ROWS_PER_PASS = CT / CH;                   /* rows one cp.async pass covers */
     static_assert(NT % 2 == 0 && PW % 16 == 0, "P V takes positions 16 at a time");
     static_assert(CH >= 8, "the swizzle needs 8 pieces per row");
 };
@@ -145,8 +149,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
     auto vst = [&](int s) { return kst(s) + NP * CH; };
     float *xs = reinterpret_cast<float *>(smem_raw + (size_t)FDEC_MMA_STAGES * FDEC_MMA_STAGE_BYTES);
 
-    /* this thread's piece of each row it copies: fixed column, rows tid / CH + i * ROWS_PER_PASS */
-    const int cp_c = threadIdx.x % CH, cp_r = threadIdx.x / CH;
+    /* this thread's piece of each row it copies: fixed column, rows row0 + id / CH + i * ROWS_PER_PASS */
+    const int cp_id = WD == 1 ? lane : (int)threadIdx.x;
+    const int cp_c = cp_id % CH, cp_r = (WD == 1 ? pg * PW : 0) + cp_id / CH;
     const size_t pass_stride = (size_t)S::ROWS_PER_PASS * p.ps; /* elements between this thread's rows */
     auto issue = [&](int step, int s) {
         const uint64_t base = (uint64_t)c0 + (uint64_t)step * NP;
@@ -154,7 +159,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
         if (!p.ring && base + NP <= c1) { /* every row of the step there and contiguous: pointer steps */
             const KT *kp = kbase + (size_t)(base + cp_r) * p.ps + cp_c * 8, *vp = vbase + (kp - kbase);
 #pragma unroll
-            for (int i = 0; i < NP / S::ROWS_PER_PASS; i++) {
+            for (int i = 0; i < S::CR / S::ROWS_PER_PASS; i++) {
                 const int r = cp_r + i * S::ROWS_PER_PASS, at = r * CH + (cp_c ^ (r & 7));
                 fdec_cp_async16(ks_ + at, kp + i * pass_stride);
                 fdec_cp_async16(vs_ + at, vp + i * pass_stride);
@@ -162,7 +167,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
             return;
         }
 #pragma unroll
-        for (int i = 0; i < NP / S::ROWS_PER_PASS; i++) {
+        for (int i = 0; i < S::CR / S::ROWS_PER_PASS; i++) {
             const int r = cp_r + i * S::ROWS_PER_PASS;
             const uint64_t t = base + r;
             const bool ok = t < c1;
@@ -226,7 +231,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
     const int prow = pg * PW; /* this warp's first position in a stage */
     for (int it = 0; it < nsteps; it++) {
         fdec_cp_async_wait<FDEC_MMA_STAGES - 2>();
-        __syncthreads(); /* stage it has landed for every thread; stage it - 1 is free */
+        /* stage it has landed for every copying thread; stage it - 1 is free */
+        if constexpr (WD == 1) __syncwarp();
+        else __syncthreads();
         if (it + FDEC_MMA_STAGES - 1 < nsteps) issue(it + FDEC_MMA_STAGES - 1, (it + FDEC_MMA_STAGES - 1) % FDEC_MMA_STAGES);
         fdec_cp_async_commit();
         const int s = it % FDEC_MMA_STAGES;

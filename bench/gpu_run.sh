@@ -22,7 +22,7 @@ if has test; then
 fi
 if has sanitize; then
   for tool in memcheck racecheck initcheck synccheck; do
-    timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/run_tests --cuda --configs ${SAN_CONFIGS:-12} \
+    timeout ${SAN_TIMEOUT:-100} compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/run_tests --cuda --configs ${SAN_CONFIGS:-12} \
       > "$OUT/sanitize-$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $?"
     grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed, ' "$OUT/sanitize-$tool.log" | tail -2

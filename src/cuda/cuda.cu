@@ -17,9 +17,9 @@ extern "C" {
 #include "kernels.cuh"
 #include "mma.cuh"
 
-/* Blocks per SM the split aims at. Two is measured best on the H200 at long contexts: the occupancy
- * calculator's three (for 138-register kernels) gave 50 chunks instead of 33 and ran 131k contexts 20-30%
- * slower (bench/NOTES.md, runs 4 and 5). */
+/* Blocks per SM the split aims at. Two is measured best on the H200 at long contexts: for the SIMT kernel the
+ * occupancy calculator's three gave 131k contexts 20-30% slower, and for the tensor-core kernel one block of six
+ * stages instead of two of three ran Llama 131k 28% slower (bench/NOTES.md). */
 #define BLOCKS_PER_SM 2
 /* Shortest chunk: one step of a block (4 warps x up to 8 rows), below which blocks only add merge work.
  * FDEC_CUDA_MIN_CHUNK overrides it, for benchmarking the split (bench/NOTES.md). */
@@ -31,7 +31,6 @@ typedef struct {
     int device, sms, cc_major;
     uint32_t min_chunk;
     int simt_only; /* FDEC_CUDA_KERNEL=simt: never the tensor-core kernel (for comparisons and tests) */
-    int deep;      /* FDEC_CUDA_KERNEL=deep: the tensor-core kernel with 6 stages, one block an SM (experiment) */
     cudaStream_t stream;
     float *scratch; /* partial states [part_o][part_m][part_l], or fdec_merge's accumulator */
     size_t fcap;    /* floats the scratch holds */
@@ -121,21 +120,19 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     lp.mma = lp.fast && es == 2 && !c->simt_only;
     lp.rt = lp.mma ? 8 : heads_per_block(p->R, lp.fast, elems, es);
     lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
-    if (lp.mma && c->deep)
-        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half, 6>(p->D) : pick_mma<__nv_bfloat16, 6>(p->D);
-    else if (lp.mma)
-        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half, 3>(p->D) : pick_mma<__nv_bfloat16, 3>(p->D);
+    if (lp.mma)
+        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half, FDEC_MMA_STAGES>(p->D)
+                                   : pick_mma<__nv_bfloat16, FDEC_MMA_STAGES>(p->D);
     else switch (p->kvt) {
         case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt); break;
         case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt); break;
         default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt); break;
         }
     /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them */
-    lp.pipe = lp.mma ? (c->deep ? mma_smem<6>(p->D) : mma_smem<3>(p->D)) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
+    lp.pipe = lp.mma ? mma_smem<FDEC_MMA_STAGES>(p->D) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
     /* split: BLOCKS_PER_SM blocks for every SM (one wave at the occupancy of the common shapes) */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
-    const int per_sm = lp.mma && c->deep ? 1 : BLOCKS_PER_SM;
-    uint32_t lanes = (uint32_t)(c->sms * per_sm + per_chunk_blocks - 1) / per_chunk_blocks;
+    uint32_t lanes = (uint32_t)(c->sms * BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
     lp.split = fdec_make_split(p, lanes, c->min_chunk, MAX_CHUNKS);
     /* shared memory: the warps' states [2 + D] per head, in the ring's memory after the loop */
     lp.smem = (2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D) * sizeof(float);
@@ -339,7 +336,6 @@ extern "C" fdec_status fdec_cuda_create(const fdec_options *o, void **impl, cons
     c->min_chunk = mc && atoi(mc) > 0 ? (uint32_t)atoi(mc) : MIN_CHUNK;
     const char *kern = getenv("FDEC_CUDA_KERNEL");
     c->simt_only = kern && !strcmp(kern, "simt");
-    c->deep = kern && !strcmp(kern, "deep");
     c->stream = (cudaStream_t)o->cuda_stream;
     *impl = c;
     *ops = &cuda_ops;

@@ -25,6 +25,9 @@
 #include "kernels.cuh"
 
 #define FDEC_MMA_STAGE_BYTES 32768
+/* Steps in shared memory: two blocks of 3 x 32 KiB fill an SM's 228 KiB. One block of 6 stages (more bytes in
+ * flight, half the warps) was 28% slower at Llama 131k (bench/NOTES.md, tensor-core row 4). */
+#define FDEC_MMA_STAGES 3
 
 template <int D>
 struct fdec_mma_shape {
@@ -119,7 +122,7 @@ __device__ __forceinline__ void fdec_split16(float x, float (&t)[3]) {
 
 template <typename KT, int D, int STAGES>
 __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fdec_mma_kernel(const fdec_cuda_params p) {
-    constexpr int FDEC_MMA_STAGES = STAGES;
+    constexpr int NSTAGE = STAGES;
     using S = fdec_mma_shape<D>;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
                   CH = S::CH;
@@ -147,7 +150,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
     /* stage s: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)) */
     auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * FDEC_MMA_STAGE_BYTES); };
     auto vst = [&](int s) { return kst(s) + NP * CH; };
-    float *xs = reinterpret_cast<float *>(smem_raw + (size_t)FDEC_MMA_STAGES * FDEC_MMA_STAGE_BYTES);
+    float *xs = reinterpret_cast<float *>(smem_raw + (size_t)NSTAGE * FDEC_MMA_STAGE_BYTES);
 
     /* this thread's piece of each row it copies: fixed column, rows row0 + id / CH + i * ROWS_PER_PASS */
     const int cp_id = WD == 1 ? lane : (int)threadIdx.x;
@@ -186,7 +189,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
     };
 
 #pragma unroll
-    for (int s = 0; s < FDEC_MMA_STAGES - 1; s++) {
+    for (int s = 0; s < NSTAGE - 1; s++) {
         if (s < nsteps) issue(s, s);
         fdec_cp_async_commit();
     }
@@ -230,13 +233,13 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
 
     const int prow = pg * PW; /* this warp's first position in a stage */
     for (int it = 0; it < nsteps; it++) {
-        fdec_cp_async_wait<FDEC_MMA_STAGES - 2>();
+        fdec_cp_async_wait<NSTAGE - 2>();
         /* stage it has landed for every copying thread; stage it - 1 is free */
         if constexpr (WD == 1) __syncwarp();
         else __syncthreads();
-        if (it + FDEC_MMA_STAGES - 1 < nsteps) issue(it + FDEC_MMA_STAGES - 1, (it + FDEC_MMA_STAGES - 1) % FDEC_MMA_STAGES);
+        if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
         fdec_cp_async_commit();
-        const int s = it % FDEC_MMA_STAGES;
+        const int s = it % NSTAGE;
         const uint4 *K = kst(s), *V = vst(s);
 
         /* S^T tiles: rows = heads (two terms), columns = 8 positions */

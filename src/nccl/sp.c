@@ -18,8 +18,10 @@ struct fdec_sp {
     cudaStream_t stream;
     ncclComm_t comm;
     int nranks, rank;
-    unsigned char *buf; /* send [slot] then receive [nranks][slot], slot = out bytes + lse, 16-byte aligned */
+    unsigned char *buf; /* send [slot] then receive [nranks][slot], slot = out bytes + lse, 16-byte aligned,
+                           then cap_heads floats of -inf (the lse of an empty partial) */
     size_t cap;         /* bytes of one slot the buffer was sized for */
+    uint32_t cap_heads; /* -inf values after the slots */
     const void **outs;  /* [nranks] pointers into the receive buffer, for fdec_merge */
     const float **lses;
 };
@@ -92,16 +94,25 @@ fdec_status fdec_sp_decode(fdec_sp *sp, const fdec_layer *layer, uint32_t seq_le
     /* out bytes rounded up to 16, so that the lse after them is aligned */
     const size_t ob = ((size_t)p.H * p.D * fdec_dtype_size(p.ot) + 15) / 16 * 16;
     const size_t slot = (ob + p.H * sizeof(float) + 15) / 16 * 16;
-    if (slot > sp->cap) {
-        if (sp->buf) cudaFree(sp->buf), sp->buf = NULL, sp->cap = 0;
-        cudaError_t e = cudaMalloc((void **)&sp->buf, slot * (size_t)(sp->nranks + 1));
+    if (slot > sp->cap || p.H > sp->cap_heads) {
+        if (sp->buf) cudaFree(sp->buf), sp->buf = NULL, sp->cap = 0, sp->cap_heads = 0;
+        const size_t bytes = slot * (size_t)(sp->nranks + 1) + p.H * sizeof(float);
+        float *ninf = malloc(p.H * sizeof(float));
+        cudaError_t e = ninf ? cudaMalloc((void **)&sp->buf, bytes) : cudaErrorMemoryAllocation;
+        if (e == cudaSuccess) {
+            for (uint32_t h = 0; h < p.H; h++) ninf[h] = -INFINITY;
+            e = cudaMemcpy(sp->buf + slot * (size_t)(sp->nranks + 1), ninf, p.H * sizeof(float),
+                           cudaMemcpyHostToDevice);
+        }
+        free(ninf);
         if (e != cudaSuccess) {
             cudaGetLastError();
+            if (sp->buf) cudaFree(sp->buf);
             sp->buf = NULL;
-            return fdec_set_error(FDEC_ENOMEM, "cudaMalloc of %zu bytes for the exchange failed: %s",
-                                  slot * (size_t)(sp->nranks + 1), cudaGetErrorString(e));
+            return fdec_set_error(FDEC_ENOMEM, "allocating %zu bytes for the exchange failed: %s", bytes,
+                                  cudaGetErrorString(e));
         }
-        sp->cap = slot;
+        sp->cap = slot, sp->cap_heads = p.H;
     }
     unsigned char *send = sp->buf, *recv = sp->buf + slot;
     /* this rank's part of the attended range [p.lo, seq_len) */
@@ -113,13 +124,9 @@ fdec_status fdec_sp_decode(fdec_sp *sp, const fdec_layer *layer, uint32_t seq_le
         st = fdec_decode(sp->ctx, &part, b - a, q, (const char *)k + off, (const char *)v + off, send,
                          (float *)(send + ob));
         if (st) return st;
-    } else { /* nothing of the range here: an empty partial (its out is ignored by the merge) */
-        float *ninf = malloc(p.H * sizeof(float));
-        if (!ninf) return fdec_set_error(FDEC_ENOMEM, "out of memory");
-        for (uint32_t h = 0; h < p.H; h++) ninf[h] = -INFINITY;
-        cudaError_t e = cudaMemcpyAsync(send + ob, ninf, p.H * sizeof(float), cudaMemcpyHostToDevice, sp->stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(sp->stream); /* ninf is freed below */
-        free(ninf);
+    } else { /* nothing of the range here: an empty partial (lse -inf; its out is ignored by the merge) */
+        const unsigned char *ninf = sp->buf + sp->cap * (size_t)(sp->nranks + 1);
+        cudaError_t e = cudaMemcpyAsync(send + ob, ninf, p.H * sizeof(float), cudaMemcpyDeviceToDevice, sp->stream);
         if (e != cudaSuccess) return cuda_err(e, "cudaMemcpyAsync");
     }
     ncclResult_t r = ncclAllGather(send, recv, slot, ncclUint8, sp->comm, sp->stream);

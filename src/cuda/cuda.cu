@@ -23,7 +23,7 @@ extern "C" {
 #define BLOCKS_PER_SM 2
 /* Shortest chunk: one step of a block (4 warps x up to 8 rows), below which blocks only add merge work.
  * FDEC_CUDA_MIN_CHUNK overrides it, for benchmarking the split (bench/NOTES.md). */
-#define MIN_CHUNK 32
+#define MIN_CHUNK 64
 /* Most chunks per head: bounds the scratch and the merge's loop. */
 #define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 

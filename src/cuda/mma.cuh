@@ -28,6 +28,10 @@
 /* Steps in shared memory: two blocks of 3 x 32 KiB fill an SM's 228 KiB. One block of 6 stages (more bytes in
  * flight, half the warps) was 28% slower at Llama 131k (bench/NOTES.md, tensor-core row 4). */
 #define FDEC_MMA_STAGES 3
+/* Steps prefetched into L2 ahead of the ring (0: none); FDEC_CUDA_MMA_PREFETCH at compile time. */
+#ifndef FDEC_MMA_PREFETCH
+#define FDEC_MMA_PREFETCH 2
+#endif
 
 template <int D>
 struct fdec_mma_shape {
@@ -231,6 +235,30 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
         }
     }
 
+    /* L2 prefetch of the rows FDEC_MMA_PREFETCH steps beyond the last one in shared memory: more bytes on their
+     * way from HBM than the ring holds (shared memory caps the ring at 3 steps), one bulk prefetch per row of K
+     * or V; sm_90 only */
+    auto prefetch = [&](int step) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        const uint64_t base = (uint64_t)c0 + (uint64_t)step * NP;
+        const int row0 = WD == 1 ? pg * PW : 0;
+        for (int j = cp_id; j < S::CR * 2; j += S::CT) {
+            const uint64_t t = base + row0 + (j >> 1);
+            if (t >= c1) break;
+            uint32_t row = (uint32_t)t;
+            if (p.ring) {
+                row = p.ring_lo + (uint32_t)(t - p.lo);
+                if (row >= p.ring) row -= p.ring;
+            }
+            const KT *src = ((j & 1) ? vbase : kbase) + (size_t)row * p.ps;
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(D * (int)sizeof(KT)) : "memory");
+        }
+#else
+        (void)step;
+#endif
+    };
+    for (int st = NSTAGE - 1; st < NSTAGE - 1 + FDEC_MMA_PREFETCH && st < nsteps; st++) prefetch(st);
+
     const int prow = pg * PW; /* this warp's first position in a stage */
     for (int it = 0; it < nsteps; it++) {
         fdec_cp_async_wait<NSTAGE - 2>();
@@ -239,6 +267,8 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
         else __syncthreads();
         if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
         fdec_cp_async_commit();
+        if (FDEC_MMA_PREFETCH && it + NSTAGE - 1 + FDEC_MMA_PREFETCH < nsteps)
+            prefetch(it + NSTAGE - 1 + FDEC_MMA_PREFETCH);
         const int s = it % NSTAGE;
         const uint4 *K = kst(s), *V = vst(s);
 

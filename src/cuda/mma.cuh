@@ -28,7 +28,7 @@
 /* Steps in shared memory: two blocks of 3 x 32 KiB fill an SM's 228 KiB. One block of 6 stages (more bytes in
  * flight, half the warps) was 28% slower at Llama 131k (bench/NOTES.md, tensor-core row 4). */
 #define FDEC_MMA_STAGES 3
-/* Steps prefetched into L2 ahead of the ring (0: none); FDEC_CUDA_MMA_PREFETCH at compile time. */
+/* Steps prefetched into L2 ahead of the ring at head_dim >= 256 (0: none). 2 measured best; 4 lost 25-35%. */
 #ifndef FDEC_MMA_PREFETCH
 #define FDEC_MMA_PREFETCH 2
 #endif
@@ -237,7 +237,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
 
     /* L2 prefetch of the rows FDEC_MMA_PREFETCH steps beyond the last one in shared memory: more bytes on their
      * way from HBM than the ring holds (shared memory caps the ring at 3 steps), one bulk prefetch per row of K
-     * or V; sm_90 only */
+     * or V; sm_90 only. At head_dim 256 and 512 only: there it gained 8% and 6% at 131k; at 64 (128-byte rows,
+     * twice the prefetches) it lost 24%, at 128 it was even (bench/NOTES.md). */
+    constexpr int PFS = D >= 256 ? FDEC_MMA_PREFETCH : 0;
     auto prefetch = [&](int step) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         const uint64_t base = (uint64_t)c0 + (uint64_t)step * NP;
@@ -257,7 +259,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
         (void)step;
 #endif
     };
-    for (int st = NSTAGE - 1; st < NSTAGE - 1 + FDEC_MMA_PREFETCH && st < nsteps; st++) prefetch(st);
+    for (int st = NSTAGE - 1; st < NSTAGE - 1 + PFS && st < nsteps; st++) prefetch(st);
 
     const int prow = pg * PW; /* this warp's first position in a stage */
     for (int it = 0; it < nsteps; it++) {
@@ -267,8 +269,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fde
         else __syncthreads();
         if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
         fdec_cp_async_commit();
-        if (FDEC_MMA_PREFETCH && it + NSTAGE - 1 + FDEC_MMA_PREFETCH < nsteps)
-            prefetch(it + NSTAGE - 1 + FDEC_MMA_PREFETCH);
+        if (PFS && it + NSTAGE - 1 + PFS < nsteps) prefetch(it + NSTAGE - 1 + PFS);
         const int s = it % NSTAGE;
         const uint4 *K = kst(s), *V = vst(s);
 

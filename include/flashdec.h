@@ -98,7 +98,7 @@ typedef struct {
     uint32_t chunk_len;    /* positions per chunk (the last may be shorter) */
     int grouped;           /* 1: each work item owns a KV head and all its Q heads (K/V read once) */
     size_t scratch_bytes;  /* scratch the context needs for this shape */
-    const char *path;      /* kernel path, e.g. "avx512", "cuda-sm90" */
+    const char *path;      /* kernel path: "scalar", "avx2", "avx512", "cuda-mma", "cuda-vec16", "cuda-generic" */
 } fdec_plan_info;
 
 typedef struct fdec_context fdec_context;

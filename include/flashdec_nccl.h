@@ -19,9 +19,8 @@
  *     per token: fdec_sp_decode(sp, &layer, seq_len, shard_lo, shard_len, q, k, v, out, lse);
  *
  * Every rank must call fdec_sp_decode for every token with the same layer, seq_len and q (it is a collective
- * call). Shards may have any lengths (zero too) and must tile [0, seq_len) in rank order is not required:
- * any disjoint cover of the attended positions gives the exact result. Keep NCCL_NVLS_ENABLE=0 where the
- * machine's owners ask for it.
+ * call). Shards may have any lengths (zero too) and need not follow rank order, but together they must cover
+ * the attended positions exactly once. Keep NCCL_NVLS_ENABLE=0 where the machine's owners ask for it.
  */
 #ifndef FLASHDEC_NCCL_H
 #define FLASHDEC_NCCL_H

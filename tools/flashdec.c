@@ -450,7 +450,9 @@ static int cmd_bench(int argc, char **argv, int demo) {
         for (int i = 0; i < nsel; i++) {
             sp_bench_args sb = {sel[i]->name, sel[i]->D, sel[i]->H, sel[i]->G, sel[i]->window, sel[i]->scale,
                                 ctxs, nctx, gpus, bo.reps};
-            rc |= fd_sp_bench(&sb, g_argv0);
+            const int r = fd_sp_bench(&sb, g_argv0);
+            if (r == 3) return 1; /* cannot run here at all: said once */
+            rc |= r;
         }
         return rc;
     }

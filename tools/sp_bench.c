@@ -191,7 +191,7 @@ static int rank_main(const sp_api *api, int n, int rank, int idfd_in, const int 
 
 int fd_sp_bench(const sp_bench_args *b, const char *self) {
     sp_api api;
-    if (sp_open(&api, self)) return 1;
+    if (sp_open(&api, self)) return 3;
     const int n = b->gpus;
     /* the parent must not touch CUDA before fork: count the devices in a child */
     pid_t cp = fork();
@@ -200,7 +200,7 @@ int fd_sp_bench(const sp_bench_args *b, const char *self) {
     waitpid(cp, &cst, 0);
     if (!WIFEXITED(cst) || WEXITSTATUS(cst)) {
         fprintf(stderr, "flashdec bench --gpus %d: fewer than %d CUDA devices here\n", n, n);
-        return 1;
+        return 3;
     }
     setenv("NCCL_NVLS_ENABLE", "0", 0); /* no NVLink multicast unless the caller says otherwise */
     printf("flashdec bench --gpus %d: one process a GPU, NCCL all-gather of (out, lse), fdec_merge; f16 K/V "

@@ -13,7 +13,8 @@ typedef struct {
 } sp_bench_args;
 
 /* Runs the multi-GPU table (one line per context length); `self` is argv[0], to find libflashdec_nccl.so
- * beside the tool. Returns the exit code. */
+ * beside the tool. Returns 0, 1 (a rank failed or the results differ) or 3 (it cannot run here: no companion
+ * library or too few GPUs; the message is printed). */
 int fd_sp_bench(const sp_bench_args *b, const char *self);
 
 #endif

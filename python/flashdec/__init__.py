@@ -283,13 +283,15 @@ def decode(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, out=
 def merge(outs, lses, *, out=None, return_lse=False):
     """Merges partial results over disjoint position ranges (e.g. shards of a cache) into the result over their
     union: outs[i] [num_heads, head_dim] and lses[i] [num_heads] float32 from decode(..., return_lse=True). A shard
-    with lse = -inf is empty and ignored. numpy arrays (CPU) for now."""
+    with lse = -inf is empty and ignored. numpy arrays or CPU tensors on the CPU backend; CUDA tensors (all on one
+    device) on the CUDA backend, on torch's current stream."""
     if not outs or len(outs) != len(lses):
         raise ValueError("outs and lses must be non-empty lists of the same length")
     oa = [_Arr(o, f"outs[{i}]") for i, o in enumerate(outs)]
     la = [_Arr(x, f"lses[{i}]") for i, x in enumerate(lses)]
-    if any(a.cuda for a in oa + la):
-        raise ValueError("merge runs on the CPU backend for now: pass numpy arrays or CPU tensors")
+    cuda = oa[0].cuda
+    if any(a.cuda != cuda or a.device != oa[0].device for a in oa + la):
+        raise ValueError("outs and lses must all be on the CPU or all on one CUDA device")
     H, D = oa[0].shape if len(oa[0].shape) == 2 else (0, 0)
     for i, (a, b) in enumerate(zip(oa, la)):
         if a.shape != (H, D) or a.strides != (D, 1) or a.dtype != oa[0].dtype:
@@ -298,12 +300,12 @@ def merge(outs, lses, *, out=None, return_lse=False):
             raise ValueError(f"lses[{i}] must be a contiguous float32 array of {H} elements")
     result = out if out is not None else _alloc_like(oa[0], H, D)
     ra = _Arr(result, "out")
-    if ra.shape != (H, D) or ra.strides != (D, 1) or ra.dtype != oa[0].dtype or ra.cuda:
-        raise ValueError(f"out must be a contiguous CPU [{H}, {D}] array of the outs' dtype")
+    if ra.shape != (H, D) or ra.strides != (D, 1) or ra.dtype != oa[0].dtype or ra.cuda != cuda:
+        raise ValueError(f"out must be a contiguous [{H}, {D}] array of the outs' dtype, where the outs are")
     lse = _alloc_lse(oa[0], H) if return_lse else None
     po = (_C.c_void_p * len(oa))(*[a.ptr for a in oa])
     pl = (_C.c_void_p * len(la))(*[b.ptr for b in la])
-    ctx = _context(False, None, None, 1)
+    ctx = _context(cuda, oa[0].device, _stream_of(oa[0]) if cuda else None, 1)
     _check(_lib.fdec_merge(ctx, len(oa), H, D, oa[0].dtype, po, pl, ra.ptr,
                            _Arr(lse, "lse").ptr if lse is not None else None))
     return (result, lse) if return_lse else result

@@ -210,3 +210,20 @@ def test_torch_cuda_against_sdpa():
     ref = F.scaled_dot_product_attention(q[None, :, None].float(), kh[None].float(), vh[None].float(),
                                          enable_gqa=True)[0, :, 0]
     assert out.is_cuda and (out.float() - ref).abs().max().item() < 2e-3
+
+
+def test_torch_cuda_merge_of_shards():
+    torch = pytest.importorskip("torch", reason="torch is optional; not installed here")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here")
+    if not flashdec.info()["cuda_compiled"]:
+        pytest.skip("this build of flashdec has no CUDA backend")
+    H, G, L, D = 16, 4, 2000, 128
+    q = torch.randn(H, D, device="cuda", dtype=torch.float32)
+    k = torch.randn(L, G, D, device="cuda", dtype=torch.float16)
+    v = torch.randn(L, G, D, device="cuda", dtype=torch.float16)
+    whole, whole_lse = flashdec.decode(q, k, v, return_lse=True)
+    parts = [flashdec.decode(q, k[a:b], v[a:b], return_lse=True) for a, b in ((0, 700), (700, 701), (701, 2000))]
+    out, lse = flashdec.merge([p[0] for p in parts], [p[1] for p in parts], return_lse=True)
+    assert out.is_cuda and (out - whole).abs().max().item() < 1e-5
+    assert (lse - whole_lse).abs().max().item() < 1e-4

@@ -71,23 +71,22 @@ static partial_fn pick_d(uint32_t D, int fast, int rt) {
     return pick_rt<KT, 0>(rt);
 }
 
-template <typename KT, int ST>
+template <typename KT>
 static partial_fn pick_mma(uint32_t D) {
     switch (D) {
-    case 64: return fdec_mma_kernel<KT, 64, ST>;
-    case 128: return fdec_mma_kernel<KT, 128, ST>;
-    case 256: return fdec_mma_kernel<KT, 256, ST>;
-    default: return fdec_mma_kernel<KT, 512, ST>;
+    case 64: return fdec_mma_kernel<KT, 64>;
+    case 128: return fdec_mma_kernel<KT, 128>;
+    case 256: return fdec_mma_kernel<KT, 256>;
+    default: return fdec_mma_kernel<KT, 512>;
     }
 }
 
-template <int ST>
 static size_t mma_smem(uint32_t D) {
     switch (D) {
-    case 64: return fdec_mma_smem_bytes<64, ST>();
-    case 128: return fdec_mma_smem_bytes<128, ST>();
-    case 256: return fdec_mma_smem_bytes<256, ST>();
-    default: return fdec_mma_smem_bytes<512, ST>();
+    case 64: return fdec_mma_smem_bytes<64>();
+    case 128: return fdec_mma_smem_bytes<128>();
+    case 256: return fdec_mma_smem_bytes<256>();
+    default: return fdec_mma_smem_bytes<512>();
     }
 }
 
@@ -121,15 +120,14 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     lp.rt = lp.mma ? 8 : heads_per_block(p->R, lp.fast, elems, es);
     lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
     if (lp.mma)
-        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half, FDEC_MMA_STAGES>(p->D)
-                                   : pick_mma<__nv_bfloat16, FDEC_MMA_STAGES>(p->D);
+        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D) : pick_mma<__nv_bfloat16>(p->D);
     else switch (p->kvt) {
         case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt); break;
         case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt); break;
         default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt); break;
         }
     /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them */
-    lp.pipe = lp.mma ? mma_smem<FDEC_MMA_STAGES>(p->D) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
+    lp.pipe = lp.mma ? mma_smem(p->D) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
     /* split: BLOCKS_PER_SM blocks for every SM (one wave at the occupancy of the common shapes) */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
     uint32_t lanes = (uint32_t)(c->sms * BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;

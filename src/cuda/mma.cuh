@@ -17,8 +17,10 @@
  * Block = 4 warps. A warp owns DW = min(D, 128) dimensions (q fragments and the O accumulator, 64 registers)
  * and PW positions of each staged step: at D = 256 two warps, at D = 512 four warps share a position group and
  * add their partial scores through shared memory. A stage holds NP = 32 KiB / (4 D) positions of K and V
- * (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); STAGES stages are in
- * flight. After the loop each position group is one partial state, and the block's tail (kernels.cuh,
+ * (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); FDEC_MMA_STAGES
+ * stages are in flight. At D <= 128 each warp copies and waits for its own rows, with no block barrier in the
+ * loop; at D >= 256 the block copies a step together and the rows FDEC_MMA_PREFETCH steps ahead are also
+ * prefetched into L2. After the loop each position group is one partial state, and the block's tail (kernels.cuh,
  * fdec_block_tail) merges them and writes the chunk state; fdec_chunk_merge_kernel merges the chunks.
  */
 #pragma once
@@ -26,7 +28,7 @@
 
 #define FDEC_MMA_STAGE_BYTES 32768
 /* Steps in shared memory: two blocks of 3 x 32 KiB fill an SM's 228 KiB. One block of 6 stages (more bytes in
- * flight, half the warps) was 28% slower at Llama 131k (bench/NOTES.md, tensor-core row 4). */
+ * flight, half the warps) was 28% slower at Llama 131k (bench/NOTES.md, CUDA log row 9). */
 #define FDEC_MMA_STAGES 3
 /* Steps prefetched into L2 ahead of the ring at head_dim >= 256 (0: none). 2 measured best; 4 lost 25-35%. */
 #ifndef FDEC_MMA_PREFETCH
@@ -53,10 +55,10 @@ struct fdec_mma_shape {
     static_assert(CH >= 8, "the swizzle needs 8 pieces per row");
 };
 
-template <int D, int STAGES>
+template <int D>
 constexpr size_t fdec_mma_smem_bytes() {
     /* the ring, and at D > 128 the partial scores the warps of a group exchange */
-    return (size_t)STAGES * FDEC_MMA_STAGE_BYTES +
+    return (size_t)FDEC_MMA_STAGES * FDEC_MMA_STAGE_BYTES +
            (fdec_mma_shape<D>::WD > 1 ? (size_t)FDEC_CUDA_WARPS * 32 * fdec_mma_shape<D>::NT * 2 * sizeof(float) : 0);
 }
 
@@ -124,9 +126,9 @@ __device__ __forceinline__ void fdec_split16(float x, float (&t)[3]) {
     t[2] = fdec_split_terms<KT>::N == 3 ? fdec_round16<KT>(r - t[1]) : 0.f;
 }
 
-template <typename KT, int D, int STAGES>
-__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, STAGES <= 3 ? 2 : 1) fdec_mma_kernel(const fdec_cuda_params p) {
-    constexpr int NSTAGE = STAGES;
+template <typename KT, int D>
+__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const fdec_cuda_params p) {
+    constexpr int NSTAGE = FDEC_MMA_STAGES;
     using S = fdec_mma_shape<D>;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
                   CH = S::CH;

@@ -141,8 +141,8 @@ sanitize:
 	    LDFLAGS="-fsanitize=thread" build/tsan/tests/run_tests
 	TSAN_OPTIONS=halt_on_error=1 ./build/tsan/tests/run_tests --configs 60
 
-# libFuzzer over fdec_decode / fdec_plan with ASan+UBSan (clang; its runtime comes from Debian if missing).
-# The corpus grows in build/fuzz/corpus, seeded from fuzz/corpus.
+# libFuzzer over fdec_decode / fdec_plan, then over fdec_merge, FUZZ_SECONDS each, with ASan+UBSan (clang; its
+# runtime comes from Debian if missing). The corpora grow in build/fuzz/corpus{,_merge}, seeded from fuzz/.
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 fuzz:
@@ -154,10 +154,15 @@ fuzz:
 	    CFLAGS="$(FUZZ_FLAGS) -fsanitize=fuzzer-no-link" LDFLAGS="-fsanitize=address,undefined" build/fuzz/libflashdec.a
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer -Iinclude fuzz/fuzz_decode.c build/fuzz/libflashdec.a -lm -pthread \
 	    -o build/fuzz/fuzz_decode
-	mkdir -p build/fuzz/corpus
+	clang $(FUZZ_FLAGS) -fsanitize=fuzzer -Iinclude fuzz/fuzz_merge.c build/fuzz/libflashdec.a -lm -pthread \
+	    -o build/fuzz/fuzz_merge
+	mkdir -p build/fuzz/corpus build/fuzz/corpus_merge
 	./build/fuzz/fuzz_decode -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=256 \
 	    -artifact_prefix=build/fuzz/ \
 	    build/fuzz/corpus fuzz/corpus
+	./build/fuzz/fuzz_merge -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=4096 \
+	    -artifact_prefix=build/fuzz/merge- \
+	    build/fuzz/corpus_merge fuzz/corpus_merge
 
 demo: all
 	./$(BUILD)/flashdec demo

@@ -50,7 +50,12 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
         uint32_t d = 0;
         for (; d + VW <= D; d += VW) {
             V qv[8];
-            for (uint32_t h = 0; h < HT; h++) qv[h] = vloadf(q + (size_t)h * Dp + d);
+            for (uint32_t h = 0; h < HT; h++) {
+                qv[h] = vloadf(q + (size_t)h * Dp + d);
+#ifndef FDEC_CPU_NO_PIN
+                vpin(&qv[h]); /* one load per head, not one per (head, position) */
+#endif
+            }
             for (uint32_t p = 0; p < P; p++) {
                 V kv = vload_kv(kr[p] + d * fdec_dtype_size(T), T);
                 for (uint32_t h = 0; h < HT; h++) acc[h * P + p] = vfma(kv, qv[h], acc[h * P + p]);

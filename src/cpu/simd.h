@@ -10,6 +10,8 @@
  *   vreduce_all(a, o) o[i] = sum of the lanes of a[i] for the NACC vectors a[0..NACC)
  *   vround(x), vldexp(p, n)   round to nearest integer; p * 2^n (the two ISA-specific steps of vexp)
  *   vexp(x)           e^x, relative error < 2e-7, NaN in gives NaN out (written once, below the sections)
+ *   vpin(&x)          keeps x in a register: stops the compiler from folding its load into every FMA that uses
+ *                     it (which turns one load into one per use; bench/NOTES.md, CPU row 14)
  */
 #ifndef FDEC_SIMD_H
 #define FDEC_SIMD_H
@@ -111,6 +113,7 @@ ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, r));
 }
+ALWAYS_INLINE void vpin(V *x) { __asm__("" : "+v"(*x)); }
 ALWAYS_INLINE V vround(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 ALWAYS_INLINE V vldexp(V p, V n) { return _mm512_scalef_ps(p, n); } /* p * 2^n */
 
@@ -120,6 +123,7 @@ typedef __m256 V;
 #define VW 8
 #define NACC 8
 #define ISA_NAME avx2
+ALWAYS_INLINE void vpin(V *x) { __asm__("" : "+x"(*x)); }
 ALWAYS_INLINE V vzero(void) { return _mm256_setzero_ps(); }
 ALWAYS_INLINE V vset1(float x) { return _mm256_set1_ps(x); }
 ALWAYS_INLINE V vloadf(const float *p) { return _mm256_loadu_ps(p); }
@@ -179,6 +183,7 @@ typedef float V;
 #define VW 1
 #define NACC 8
 #define ISA_NAME scalar
+ALWAYS_INLINE void vpin(V *x) { (void)x; }
 ALWAYS_INLINE V vzero(void) { return 0.0f; }
 ALWAYS_INLINE V vset1(float x) { return x; }
 ALWAYS_INLINE V vloadf(const float *p) { return *p; }

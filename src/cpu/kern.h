@@ -22,6 +22,7 @@
 
 /* The padding row count of the score buffer. */
 #define NB FDEC_CPU_NB
+/* How many blocks ahead the rows are prefetched: 2 measured best (bench/NOTES.md, CPU rows 6 and 15). */
 #ifndef FDEC_CPU_PF_BLOCKS
 #define FDEC_CPU_PF_BLOCKS 2
 #endif

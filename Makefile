@@ -38,6 +38,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 # The NCCL companion (sequence-parallel decode, include/flashdec_nccl.h) when CUDA and nccl.h are present.
 NCCL_H  := $(if $(filter 1,$(CUDA)),$(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)))
 SP_LIB  := $(if $(NCCL_H),$(BUILD)/libflashdec_nccl.so)
+SP_TEST := $(if $(NCCL_H),$(BUILD)/tests/test_sp)
 # Objects depend on the flags they were built with: a changed CC, CFLAGS or CUDA rebuilds everything.
 FLAGS_STAMP := $(BUILD)/flags.txt
 FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
@@ -72,6 +73,10 @@ TOOL_OBJ := $(BUILD)/tools/bench_util.o $(BUILD)/tools/devmem.o
 $(BUILD)/flashdec: $(BUILD)/tools/flashdec.o $(BUILD)/tools/sp_bench.o $(TOOL_OBJ) $(BUILD)/libflashdec.a
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS) -ldl
 
+$(BUILD)/tests/test_sp: tests/test_sp.c include/flashdec_nccl.h $(SP_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE) $(CFLAGS) -o $@ $< -L$(BUILD) -lflashdec_nccl -l:libflashdec.so -Wl,-rpath,'$$ORIGIN/..' $(LDLIBS)
+
 $(BUILD)/libflashdec.so.0: $(BUILD)/libflashdec.so
 	ln -sf libflashdec.so $@
 
@@ -100,8 +105,9 @@ $(BUILD)/stage/readme_example: $(BUILD)/readme_example.c all
 	PKG_CONFIG_PATH=$(CURDIR)/$(BUILD)/stage/lib/pkgconfig; export PKG_CONFIG_PATH; \
 	  $(CC) -std=c11 -Wall -Wextra -Werror -o $@ $< `pkg-config --cflags --libs flashdec`
 
-test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme_example
+test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme_example $(SP_TEST)
 	$(MAKE) --no-print-directory test-python
+	$(if $(SP_TEST),./$(SP_TEST),@echo "libflashdec_nccl: not built here (no nvcc or no nccl.h), its checks skipped")
 	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example \
 	    --readme-example ./$(BUILD)/stage/readme_example
 

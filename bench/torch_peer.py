@@ -20,18 +20,6 @@ import torch
 import torch.nn.functional as F
 
 
-class Layer(C.Structure):
-    _fields_ = [("head_dim", C.c_uint32), ("num_q_heads", C.c_uint32), ("num_kv_heads", C.c_uint32),
-                ("scale", C.c_float), ("window", C.c_uint32), ("ring_capacity", C.c_uint32),
-                ("q_dtype", C.c_int), ("kv_dtype", C.c_int), ("out_dtype", C.c_int),
-                ("kv_pos_stride", C.c_size_t), ("kv_head_stride", C.c_size_t)]
-
-
-class Options(C.Structure):
-    _fields_ = [("threads", C.c_uint32), ("cpu_path", C.c_int), ("parallel_for", C.c_void_p),
-                ("parallel_user", C.c_void_p), ("cuda_device", C.c_int), ("cuda_stream", C.c_void_p)]
-
-
 F16 = 1
 PRESETS = [  # name, D, H, G, window, scale
     ("llama3-8b", 128, 32, 8, 0, 0.0),
@@ -44,14 +32,13 @@ L2_BYTES = 60 << 20
 
 
 def load_lib(path):
-    lib = C.CDLL(path)
-    lib.fdec_context_create.argtypes = [C.c_int, C.POINTER(Options), C.POINTER(C.c_void_p)]
-    lib.fdec_decode.argtypes = [C.c_void_p, C.POINTER(Layer), C.c_uint32, C.c_void_p, C.c_void_p, C.c_void_p,
-                                C.c_void_p, C.c_void_p]
-    lib.fdec_context_reserve.argtypes = [C.c_void_p, C.POINTER(Layer), C.c_uint32]
-    lib.fdec_context_destroy.argtypes = [C.c_void_p]
-    lib.fdec_last_error.restype = C.c_char_p
-    return lib
+    """The C library at `path`, through the flashdec package's ctypes declarations (python/flashdec: one copy of
+    the struct layouts and signatures), without its Python wrapper: the calls below go straight to the C API so
+    that they can be captured into CUDA graphs. Returns (lib, Layer)."""
+    os.environ["FLASHDEC_LIBRARY"] = os.path.abspath(path)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import flashdec
+    return flashdec._lib, flashdec._LayerC
 
 
 def graph_time(fn, n_calls, stream, reps=20):
@@ -93,7 +80,7 @@ def copy_bandwidth():
     return 2 * n / statistics.median(times) / 1e9
 
 
-def run_case(lib, ctx_p, stream, name, D, H, G, window, scale, L):
+def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L):
     dev = "cuda"
     rows = window if window else L  # a window of w in a ring of w rows: the cache holds exactly w rows
     kv_bytes = 2 * rows * G * D * 2
@@ -160,8 +147,9 @@ def main():
     ap.add_argument("--ctx", default="1024,4096,32768,131072")
     ap.add_argument("--json")
     a = ap.parse_args()
-    lib = load_lib(a.lib)
-    opts = Options(0, 0, None, None, torch.cuda.current_device(), None)
+    lib, Layer = load_lib(a.lib)
+    opts = lib.fdec_default_options()
+    opts.cuda_device = torch.cuda.current_device()
     ctx = C.c_void_p()
     results = []
     bw = copy_bandwidth()
@@ -179,7 +167,7 @@ def main():
             if st:
                 sys.exit("fdec_context_create: " + lib.fdec_last_error().decode())
             with torch.cuda.stream(s):
-                r = run_case(lib, ctx, s, name, D, H, G, window, scale, L)
+                r = run_case(lib, Layer, ctx, s, name, D, H, G, window, scale, L)
             lib.fdec_context_destroy(ctx)
             r["copy_bw_gbs"] = bw
             results.append(r)

@@ -7,22 +7,12 @@
  * succeeds on finite inputs must give finite outputs within the range of V.
  */
 #include "flashdec.h"
+#include "fuzz_input.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} reader;
-
-static uint32_t take(reader *r, unsigned bytes) {
-    uint32_t x = 0;
-    for (unsigned i = 0; i < bytes; i++) x = x << 8 | (r->n ? (r->n--, *r->p++) : 0);
-    return x;
-}
 
 /* Small values most of the time, anything now and then: keeps most inputs valid and cheap. */
 static uint32_t pick(reader *r, uint32_t small) {

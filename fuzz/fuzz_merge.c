@@ -8,22 +8,12 @@
  * lse >= every shard's lse.
  */
 #include "flashdec.h"
+#include "fuzz_input.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-    const uint8_t *p;
-    size_t n;
-} reader;
-
-static uint32_t take(reader *r, unsigned bytes) {
-    uint32_t x = 0;
-    for (unsigned i = 0; i < bytes; i++) x = x << 8 | (r->n ? (r->n--, *r->p++) : 0);
-    return x;
-}
 
 static fdec_context *ctx;
 

@@ -26,17 +26,16 @@ FDEC_HD float fdec_state_weight(float m_i, float m) { return m_i == -INFINITY ? 
 /* Natural-log sum of exponentials of a final state; -inf for an empty one. */
 FDEC_HD float fdec_state_lse(float m, float l) { return l == 0.0f ? -INFINITY : m + logf(l); }
 
+/* The larger of a and b, NaN if either is NaN: a NaN max makes a merge NaN. */
+FDEC_HD float fdec_max_nan(float a, float b) { return (b > a || b != b) && a == a ? b : a; }
+
 /* The merge of n states over disjoint position sets: w[i] = fdec_state_weight(m_i, M) with M the largest m_i
  * (NaN if any m_i is NaN), *total = sum_i w[i] * l_i (l_i = 1 when l is NULL: states already normalised, as
  * (out, lse) pairs are). Returns M; the merged lse is fdec_state_lse(M, *total). */
 FDEC_HD float fdec_merge_weights(unsigned n, const float *m, unsigned mstride, const float *l, unsigned lstride,
                                  float *w, float *total) {
     float M = -INFINITY, T = 0.0f;
-    for (unsigned i = 0; i < n; i++) {
-        const float mi = m[(unsigned long)i * mstride];
-        if (mi > M || mi != mi) M = mi;
-        if (M != M) break;
-    }
+    for (unsigned i = 0; i < n && M == M; i++) M = fdec_max_nan(M, m[(unsigned long)i * mstride]);
     for (unsigned i = 0; i < n; i++) {
         w[i] = fdec_state_weight(m[(unsigned long)i * mstride], M);
         T += l ? w[i] * l[(unsigned long)i * lstride] : w[i];

@@ -54,28 +54,49 @@ static int cmp_f(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Median milliseconds of `reps` rounds of round(arg), each timed with events on stream s; negative if CUDA
+ * reported an error. The caller warms up first. */
+static double median_ms(cudaStream_t s, void (*round)(void *), void *arg, int reps) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float *ms = malloc(sizeof(float) * (size_t)reps);
+    for (int r = 0; r < reps; r++) {
+        cudaEventRecord(e0, s);
+        round(arg);
+        cudaEventRecord(e1, s);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms[r], e0, e1);
+    }
+    const int bad = cudaGetLastError() != cudaSuccess;
+    qsort(ms, (size_t)reps, sizeof *ms, cmp_f);
+    const double t = ms[reps / 2];
+    free(ms);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return bad ? -1 : t;
+}
+
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_args;
+static void copy_round(void *a_) {
+    copy_args *a = a_;
+    cudaMemcpyAsync(a->dst, a->src, a->bytes, cudaMemcpyDeviceToDevice, 0);
+}
+
 double fd_dev_copy_bandwidth(size_t bytes) {
     void *a = fd_dev_alloc(bytes), *b = fd_dev_alloc(bytes);
     if (!a || !b) return fd_dev_free(a), fd_dev_free(b), -1;
     cudaMemset(a, 1, bytes);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    float ms[5];
-    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice); /* warm up */
-    for (int i = 0; i < 5; i++) {
-        cudaEventRecord(e0, 0);
-        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms[i], e0, e1);
-    }
-    qsort(ms, 5, sizeof ms[0], cmp_f);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    copy_args ca = {b, a, bytes};
+    copy_round(&ca); /* warm up */
+    const double ms = median_ms(0, copy_round, &ca, 5);
     fd_dev_free(a);
     fd_dev_free(b);
-    return 2.0 * (double)bytes / (ms[2] * 1e-3) / 1e9;
+    return ms > 0 ? 2.0 * (double)bytes / (ms * 1e-3) / 1e9 : -1;
 }
 
 typedef struct {
@@ -111,54 +132,36 @@ void fd_dev_graph_destroy(void *graph) {
     free(gr);
 }
 
+typedef struct {
+    void *graph, *stream;
+    void (*fn)(void *, int);
+    void *arg;
+    int n;
+} round_args;
+static void graph_round(void *a_) {
+    round_args *a = a_;
+    fd_dev_graph_replay(a->graph, a->stream);
+}
+static void calls_round(void *a_) {
+    round_args *a = a_;
+    for (int i = 0; i < a->n; i++) a->fn(a->arg, i);
+}
+
 double fd_dev_time_graph(void *stream, void (*fn)(void *, int), void *arg, int n, int reps) {
-    cudaStream_t s = (cudaStream_t)stream;
-    void *gr = fd_dev_graph_capture(stream, fn, arg, n);
-    if (!gr) return -1;
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    float *ms = malloc(sizeof(float) * (size_t)reps);
-    fd_dev_graph_replay(gr, s); /* warm up */
-    fd_dev_graph_replay(gr, s);
-    for (int r = 0; r < reps; r++) {
-        cudaEventRecord(e0, s);
-        fd_dev_graph_replay(gr, s);
-        cudaEventRecord(e1, s);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms[r], e0, e1);
-    }
-    int bad = cudaGetLastError() != cudaSuccess;
-    qsort(ms, (size_t)reps, sizeof *ms, cmp_f);
-    double t = ms[reps / 2] * 1e-3 / n;
-    free(ms);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    fd_dev_graph_destroy(gr);
-    return bad ? -4 : t;
+    round_args ra = {fd_dev_graph_capture(stream, fn, arg, n), stream, fn, arg, n};
+    if (!ra.graph) return -1;
+    graph_round(&ra); /* warm up */
+    graph_round(&ra);
+    const double ms = median_ms((cudaStream_t)stream, graph_round, &ra, reps);
+    fd_dev_graph_destroy(ra.graph);
+    return ms < 0 ? -4 : ms * 1e-3 / n;
 }
 
 double fd_dev_time_events(void *stream, void (*fn)(void *, int), void *arg, int n, int reps) {
-    cudaStream_t s = (cudaStream_t)stream;
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    float *ms = malloc(sizeof(float) * (size_t)reps);
-    for (int i = 0; i < n; i++) fn(arg, i); /* warm up */
-    for (int r = 0; r < reps; r++) {
-        cudaEventRecord(e0, s);
-        for (int i = 0; i < n; i++) fn(arg, i);
-        cudaEventRecord(e1, s);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms[r], e0, e1);
-    }
-    int bad = cudaGetLastError() != cudaSuccess;
-    qsort(ms, (size_t)reps, sizeof *ms, cmp_f);
-    double t = ms[reps / 2] * 1e-3 / n;
-    free(ms);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return bad ? -4 : t;
+    round_args ra = {NULL, stream, fn, arg, n};
+    calls_round(&ra); /* warm up */
+    const double ms = median_ms((cudaStream_t)stream, calls_round, &ra, reps);
+    return ms < 0 ? -4 : ms * 1e-3 / n;
 }
 
 #else /* no CUDA in this build */

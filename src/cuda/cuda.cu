@@ -27,11 +27,16 @@ extern "C" {
 /* Most chunks per head: bounds the scratch and the merge's loop. */
 #define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 
+#define FDEC_CUDA_CONF_MAX 32 /* kernels a context remembers as configured (a model uses a few) */
+
 typedef struct {
     int device, sms, cc_major;
     uint32_t min_chunk;
     int simt_only; /* FDEC_CUDA_KERNEL=simt: never the tensor-core kernel (for comparisons and tests) */
     cudaStream_t stream;
+    const void *conf_fn[FDEC_CUDA_CONF_MAX]; /* kernels whose attributes configure() has set */
+    size_t conf_smem[FDEC_CUDA_CONF_MAX];    /* and the dynamic shared memory each may use */
+    int nconf;
     float *scratch; /* partial states [part_o][part_m][part_l], or fdec_merge's accumulator */
     size_t fcap;    /* floats the scratch holds */
 } cuda_impl;
@@ -172,6 +177,29 @@ static fdec_status cuda_reserve(void *impl, const fdec_problem *p) {
     return ensure_scratch(c, state_floats(p, lp.split.num_chunks));
 }
 
+/* Kernel attributes, set once per kernel and context rather than on every call: the dynamic shared memory a
+ * kernel may use (raised when a call needs more), and the largest shared-memory carveout for both the decode
+ * kernels and the merge, so that the SMs need no reconfiguration (an L1 flush) between the two. */
+static fdec_status configure(cuda_impl *c, const void *fn, size_t smem) {
+    int i = 0;
+    while (i < c->nconf && c->conf_fn[i] != fn) i++;
+    if (i < c->nconf && c->conf_smem[i] >= smem) return FDEC_OK;
+    cudaError_t e = cudaSuccess;
+    if (smem > 48 * 1024 &&
+        (e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
+        return cuda_err(e, "cudaFuncSetAttribute");
+    if (i == c->nconf) { /* first time: the carveout (a hint; its failure is harmless) */
+        cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+        if (!c->nconf) cudaFuncSetAttribute((const void *)fdec_chunk_merge_kernel,
+                                            cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+        if (c->nconf == FDEC_CUDA_CONF_MAX) return FDEC_OK; /* the table is full: set again next time */
+        c->conf_fn[i] = fn;
+        c->nconf++;
+    }
+    c->conf_smem[i] = smem;
+    return FDEC_OK;
+}
+
 static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
                                void *out, float *lse) {
     cuda_impl *c = (cuda_impl *)impl;
@@ -193,14 +221,7 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     prm.ps = p->ps, prm.hs = p->hs;
     prm.scale_log2 = p->scale * 1.4426950408889634f;
     prm.qt = (int)p->qt, prm.ot = (int)p->ot;
-    if (lp.smem > 48 * 1024) {
-        e = cudaFuncSetAttribute((const void *)lp.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lp.smem);
-        if (e != cudaSuccess) return cuda_err(e, "cudaFuncSetAttribute");
-    }
-    /* both kernels ask for the largest shared-memory carveout, so that the SMs need no reconfiguration (an L1
-     * flush) between the decode and the merge */
-    cudaFuncSetAttribute((const void *)lp.fn, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-    cudaFuncSetAttribute((const void *)fdec_chunk_merge_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    if ((st = configure(c, (const void *)lp.fn, lp.smem))) return st;
     dim3 grid((unsigned)lp.tiles, nc, p->G);
     lp.fn<<<grid, FDEC_CUDA_WARPS * 32, lp.smem, c->stream>>>(prm);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the kernel launch");

@@ -104,103 +104,86 @@ __device__ __forceinline__ float fdec_weight2(float mi, float m) { return mi == 
 
 /* ---- the merge of partial states: one piece of code for the split-KV combine and for fdec_merge ---- */
 
-/* NaN-sticky maximum (state.h's rule: a NaN max makes the merge NaN). */
-__device__ __forceinline__ float fdec_max_nan(float a, float b) { return (b > a || b != b) && a == a ? b : a; }
+/* Most states one merge takes: the weights' loads are unrolled over this many (8 per lane). */
+#define FDEC_MERGE_MAX_STATES 256
+static_assert(FDEC_CUDA_MAX_CHUNKS <= FDEC_MERGE_MAX_STATES, "a decode's chunks must fit one merge");
 
-/* The chunk states of a decode in the scratch: m in natural-log units, l, o unnormalised. */
+/* The chunk states of a decode in the scratch (m in natural-log units, l, o unnormalised), seen from a merge
+ * block that writes dimensions [d0, d0 + width) of head h0. */
 struct fdec_chunk_src {
     const float *m, *l, *o;
     uint32_t n, D;
     size_t h0;
+    int d0;
     __device__ float mv(int r, uint32_t c) const { return __ldcg(m + (h0 + r) * n + c); }
     __device__ float lv(int r, uint32_t c) const { return __ldcg(l + (h0 + r) * n + c); }
-    template <int W>
-    __device__ void ov(int r, uint32_t c, int d, float (&x)[W]) const {
-        const float *src = o + ((h0 + r) * n + c) * D + d;
-        if constexpr (W == 4) {
-            const float4 v = __ldcg(reinterpret_cast<const float4 *>(src));
-            x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-        } else
-            for (int k = 0; k < W; k++) x[k] = __ldcg(src + k);
-    }
+    __device__ float ov(int r, uint32_t c, int d) const { return __ldcg(o + ((h0 + r) * n + c) * D + d0 + d); }
 };
 
-/* Merges n states of each of nh heads with the whole block: M = max m_c, w_c = exp(m_c - M), L = sum w_c l_c,
- * out = sum w_c o_c / L, lse = M + log L (fdec_merge_weights' rule; states of weight 0 are skipped, not
- * multiplied, so an empty state's o does not matter; all empty: out 0, lse -inf). A non-finite value anywhere
- * in a merged head makes the whole head NaN (flashdec.h). sw holds nh * n floats of shared memory, sx 3 * nh.
- * Element (r, d) of the output is read from the states and written by the same thread, so out may alias a
- * state's o. out_at(r, d) is the output element index of head r; lse is NULL or the first head's lse. */
-template <int W, class Src>
+/* Merges n <= FDEC_MERGE_MAX_STATES states of each of nh heads with the whole block: M = max m_c,
+ * w_c = exp(m_c - M), L = sum w_c l_c, out = sum w_c o_c / L, lse = M + log L (state.h's fdec_merge_weights rule,
+ * NaN-sticky max included; states of weight 0 are skipped, not multiplied, so an empty state's o does not
+ * matter; all empty: out 0, lse -inf). A non-finite value in a merged row makes the row NaN (flashdec.h). sw
+ * holds nh * n floats of shared memory, sx 3 * nh. Element (r, d) of the output is read from the states and
+ * written by the same thread, so out may alias a state's o. Output element (r, d) is out[out0 + r * Dr + d];
+ * lse is NULL or the first head's lse. */
+template <class Src>
 __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, float *sw, float *sx, void *out,
                                  size_t out0, int ot, float *lse) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float *sM = sx, *sL = sx + nh;
     int *sbad = reinterpret_cast<int *>(sx + 2 * nh);
     for (int r = warp; r < nh; r += nw) {
-        float M = -INFINITY, L = 0.f;
-        /* m and l of up to 256 states in registers, loaded together: one round trip */
-        float mr[8], lr[8];
+        /* m and l of every state in registers, loaded together: one round trip */
+        constexpr int J = FDEC_MERGE_MAX_STATES / 32;
+        float mr[J], lr[J], M = -INFINITY, L = 0.f;
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < J; j++) {
             const uint32_t c = lane + 32 * j;
             mr[j] = c < n ? src.mv(r, c) : -INFINITY;
             lr[j] = c < n ? src.lv(r, c) : 0.f;
         }
-        for (uint32_t c = lane + 256; c < n; c += 32) M = fdec_max_nan(M, src.mv(r, c));
 #pragma unroll
-        for (int j = 0; j < 8; j++) M = fdec_max_nan(M, mr[j]);
+        for (int j = 0; j < J; j++) M = fdec_max_nan(M, mr[j]);
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) M = fdec_max_nan(M, __shfl_xor_sync(0xffffffffu, M, off));
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < J; j++) {
             const uint32_t c = lane + 32 * j;
             const float w = fdec_state_weight(mr[j], M);
             if (c < n) sw[r * n + c] = w;
             if (w != 0.f) L += w * lr[j];
-        }
-        for (uint32_t c = lane + 256; c < n; c += 32) {
-            const float w = fdec_state_weight(src.mv(r, c), M);
-            sw[r * n + c] = w;
-            if (w != 0.f) L += w * src.lv(r, c);
         }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
         if (lane == 0) sM[r] = M, sL[r] = L, sbad[r] = !isfinite(M) && M != -INFINITY;
     }
     __syncthreads();
-    /* the loads over the states are unrolled so that many are in flight (L2 latency is what this costs) */
-    for (int idx = threadIdx.x; idx < nh * Dr / W; idx += blockDim.x) {
-        const int r = idx / (Dr / W), d = (idx - r * (Dr / W)) * W;
+    for (int idx = threadIdx.x; idx < nh * Dr; idx += blockDim.x) {
+        const int r = idx / Dr, d = idx - r * Dr;
         const float L = sL[r];
-        float O[W] = {};
+        float O = 0.f;
         /* 16 states at a time, loaded unconditionally (every address is valid) so that the loads are in flight
-         * together; a state of weight 0 is dropped by a select, not multiplied (its o may be NaN) */
+         * together (L2 latency is what this costs); a state of weight 0 is dropped by a select, not multiplied
+         * (its o may be NaN) */
         for (uint32_t c0 = 0; c0 < n; c0 += 16) {
-            float x[16][W];
+            float x[16];
 #pragma unroll
             for (int j = 0; j < 16; j++)
-                if (c0 + j < n) src.template ov<W>(r, c0 + j, d, x[j]);
+                if (c0 + j < n) x[j] = src.ov(r, c0 + j, d);
 #pragma unroll
             for (int j = 0; j < 16; j++) {
                 const float w = c0 + j < n ? sw[r * n + c0 + j] : 0.f;
-#pragma unroll
-                for (int k = 0; k < W; k++) O[k] += w != 0.f ? w * x[j][k] : 0.f;
+                O += w != 0.f ? w * x[j] : 0.f;
             }
         }
-        const bool empty = L == 0.f && sM[r] == -INFINITY;
-#pragma unroll
-        for (int k = 0; k < W; k++) {
-            const float y = empty ? 0.f : O[k] / L;
-            if (!isfinite(y)) sbad[r] = 1;
-            fdec_store_any(out, out0 + (size_t)r * Dr + d + k, ot, y);
-        }
+        const float y = L == 0.f && sM[r] == -INFINITY ? 0.f : O / L;
+        if (!isfinite(y)) sbad[r] = 1;
+        fdec_store_any(out, out0 + (size_t)r * Dr + d, ot, y);
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < nh * Dr; idx += blockDim.x) {
-        const int r = idx / Dr;
-        if (sbad[r]) fdec_store_any(out, out0 + idx, ot, NAN);
-    }
+    for (int idx = threadIdx.x; idx < nh * Dr; idx += blockDim.x)
+        if (sbad[idx / Dr]) fdec_store_any(out, out0 + idx, ot, NAN);
     if (lse)
         for (int r = threadIdx.x; r < nh; r += blockDim.x)
             lse[r] = sbad[r] ? NAN : sL[r] == 0.f && sM[r] == -INFINITY ? -INFINITY : fdec_state_lse(sM[r], sL[r]);
@@ -247,16 +230,6 @@ __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, 
     }
 }
 
-/* The chunk states of a decode, with the dimension offset of a merge block's slice. */
-struct fdec_chunk_slice_src {
-    fdec_chunk_src s;
-    int d0;
-    __device__ float mv(int r, uint32_t c) const { return s.mv(r, c); }
-    __device__ float lv(int r, uint32_t c) const { return s.lv(r, c); }
-    template <int W>
-    __device__ void ov(int r, uint32_t c, int d, float (&x)[W]) const { s.template ov<W>(r, c, d0 + d, x); }
-};
-
 /* Merges the decode's chunk states into out and lse: block (head, slice of FDEC_MERGE_SLICE dimensions), so the
  * merge is spread over H x D / 128 blocks and its L2 reads are in flight together. On sm_90 it is launched as a
  * programmatic dependent of the decode kernel and waits for it here. */
@@ -268,14 +241,15 @@ __global__ void __launch_bounds__(FDEC_MERGE_SLICE) fdec_chunk_merge_kernel(cons
     extern __shared__ float msm[]; /* [nc] weights, then 3 */
     const uint32_t h = blockIdx.x;
     const int d0 = blockIdx.y * FDEC_MERGE_SLICE, width = min(FDEC_MERGE_SLICE, (int)p.D - d0);
-    const fdec_chunk_slice_src src = {{p.part_m, p.part_l, p.part_o, p.nc, p.D, h}, d0};
-    fdec_merge_heads<1>(src, 1, p.nc, width, msm, msm + p.nc, p.out, (size_t)h * p.D + d0, p.ot,
+    const fdec_chunk_src src = {p.part_m, p.part_l, p.part_o, p.nc, p.D, h, d0};
+    fdec_merge_heads(src, 1, p.nc, width, msm, msm + p.nc, p.out, (size_t)h * p.D + d0, p.ot,
                         p.lse && blockIdx.y == 0 ? p.lse + h : NULL);
 }
 
 /* fdec_merge on the device: up to FDEC_CUDA_MERGE_MAX (out_i, lse_i) pairs per launch, a block per tile of 8
  * heads. Slot 0 may be an f32 accumulator of an earlier launch (ot0). */
 #define FDEC_CUDA_MERGE_MAX 64
+static_assert(FDEC_CUDA_MERGE_MAX <= FDEC_MERGE_MAX_STATES, "a launch's shards must fit one merge");
 struct fdec_merge_params {
     const void *outs[FDEC_CUDA_MERGE_MAX];
     const float *lses[FDEC_CUDA_MERGE_MAX];
@@ -289,9 +263,8 @@ struct fdec_pair_src {
     uint32_t h0;
     __device__ float mv(int r, uint32_t c) const { return p->lses[c][h0 + r]; }
     __device__ float lv(int, uint32_t) const { return 1.f; }
-    template <int W>
-    __device__ void ov(int r, uint32_t c, int d, float (&x)[W]) const {
-        for (int k = 0; k < W; k++) x[k] = fdec_load_any(p->outs[c], (size_t)(h0 + r) * p->D + d + k, c ? p->t : p->t0);
+    __device__ float ov(int r, uint32_t c, int d) const {
+        return fdec_load_any(p->outs[c], (size_t)(h0 + r) * p->D + d, c ? p->t : p->t0);
     }
 };
 __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_merge_kernel(const fdec_merge_params p) {
@@ -299,7 +272,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_merge_kernel(const 
     const uint32_t h0 = blockIdx.x * 8;
     const int nh = min(8, (int)(p.H - h0));
     const fdec_pair_src src = {&p, h0};
-    fdec_merge_heads<1>(src, nh, p.n, (int)p.D, sw, sx, p.out, (size_t)h0 * p.D, p.ot, p.lse ? p.lse + h0 : NULL);
+    fdec_merge_heads(src, nh, p.n, (int)p.D, sw, sx, p.out, (size_t)h0 * p.D, p.ot, p.lse ? p.lse + h0 : NULL);
 }
 
 template <typename KT, int D, int RT>

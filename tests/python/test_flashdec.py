@@ -195,12 +195,18 @@ def test_torch_cpu_tensors():
     check(out.numpy(), reference(q, k, v, 100)[0], np.float32)
 
 
-def test_torch_cuda_against_sdpa():
+def torch_cuda():
+    """torch, where it and a CUDA device and flashdec's CUDA backend are all here; else the test skips."""
     torch = pytest.importorskip("torch", reason="torch is optional; not installed here")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device here")
     if not flashdec.info()["cuda_compiled"]:
         pytest.skip("this build of flashdec has no CUDA backend")
+    return torch
+
+
+def test_torch_cuda_against_sdpa():
+    torch = torch_cuda()
     import torch.nn.functional as F
     H, G, L, D = 32, 8, 3000, 128
     q = torch.randn(H, D, device="cuda", dtype=torch.float16)
@@ -213,11 +219,7 @@ def test_torch_cuda_against_sdpa():
 
 
 def test_torch_cuda_merge_of_shards():
-    torch = pytest.importorskip("torch", reason="torch is optional; not installed here")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device here")
-    if not flashdec.info()["cuda_compiled"]:
-        pytest.skip("this build of flashdec has no CUDA backend")
+    torch = torch_cuda()
     H, G, L, D = 16, 4, 2000, 128
     q = torch.randn(H, D, device="cuda", dtype=torch.float32)
     k = torch.randn(L, G, D, device="cuda", dtype=torch.float16)

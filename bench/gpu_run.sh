@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Build, test and benchmark the CUDA backend on a GPU machine in one go (the device tool runs it there).
-#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [simt] [split] [peer] [gpus]   (no argument: all but split)
+#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [simt] [split] [peer] [py] [gpus]   (no argument: all but split)
 # Logs and JSON go to $OUT (the device tool's output folder) or bench/results.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
-stages=${*:-build test sanitize bench simt peer gpus}
+stages=${*:-build test sanitize bench simt peer py gpus}
 has() { [[ " $stages " == *" $1 "* ]]; }
 rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
@@ -46,6 +46,10 @@ if has split; then # the shortest-chunk rule at short contexts (bench/NOTES.md)
 fi
 if has peer; then
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1
+fi
+if has py; then # the Python package's tests, torch CUDA tensors included, against this build's library
+  FLASHDEC_LIBRARY=$PWD/build/libflashdec.so PYTHONPATH=$PWD/python timeout 150 python3 -m pytest -q -rs tests/python \
+    -p no:cacheprovider 2>&1 | tee "$OUT/pytest-cuda.log" | tail -8 || rc=1
 fi
 if has gpus; then # sequence-parallel decode over every GPU here (make sure NVLink multicast stays off)
   n=$(nvidia-smi -L | wc -l)

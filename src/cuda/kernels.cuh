@@ -120,6 +120,27 @@ struct fdec_chunk_src {
     __device__ float ov(int r, uint32_t c, int d) const { return __ldcg(o + ((h0 + r) * n + c) * D + d0 + d); }
 };
 
+/* sum_c w_c o_c(r, d) over n states, B states at a time: their loads are issued together (every address is
+ * valid), so L2's latency is paid once per B; a state of weight 0 is dropped by a select, not multiplied (its o
+ * may be NaN). B = 64 took 3.7 us off the Gemma 4 full layer's 128-chunk merge at 32k but made 16-chunk merges
+ * 1 us slower than B = 16 (bench/NOTES.md, CUDA log row 13). */
+template <int B, class Src>
+__device__ __forceinline__ float fdec_merge_o(const Src &src, int r, int d, uint32_t n, const float *sw) {
+    float O = 0.f;
+    for (uint32_t c0 = 0; c0 < n; c0 += B) {
+        float x[B];
+#pragma unroll
+        for (int j = 0; j < B; j++)
+            if (c0 + j < n) x[j] = src.ov(r, c0 + j, d);
+#pragma unroll
+        for (int j = 0; j < B; j++) {
+            const float w = c0 + j < n ? sw[r * n + c0 + j] : 0.f;
+            O += w != 0.f ? w * x[j] : 0.f;
+        }
+    }
+    return O;
+}
+
 /* Merges n <= FDEC_MERGE_MAX_STATES states of each of nh heads with the whole block: M = max m_c,
  * w_c = exp(m_c - M), L = sum w_c l_c, out = sum w_c o_c / L, lse = M + log L (state.h's fdec_merge_weights rule,
  * NaN-sticky max included; states of weight 0 are skipped, not multiplied, so an empty state's o does not
@@ -162,21 +183,7 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
     for (int idx = threadIdx.x; idx < nh * Dr; idx += blockDim.x) {
         const int r = idx / Dr, d = idx - r * Dr;
         const float L = sL[r];
-        float O = 0.f;
-        /* 16 states at a time, loaded unconditionally (every address is valid) so that the loads are in flight
-         * together (L2 latency is what this costs); a state of weight 0 is dropped by a select, not multiplied
-         * (its o may be NaN) */
-        for (uint32_t c0 = 0; c0 < n; c0 += 16) {
-            float x[16];
-#pragma unroll
-            for (int j = 0; j < 16; j++)
-                if (c0 + j < n) x[j] = src.ov(r, c0 + j, d);
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const float w = c0 + j < n ? sw[r * n + c0 + j] : 0.f;
-                O += w != 0.f ? w * x[j] : 0.f;
-            }
-        }
+        const float O = n > 32 ? fdec_merge_o<64>(src, r, d, n, sw) : fdec_merge_o<16>(src, r, d, n, sw);
         const float y = L == 0.f && sM[r] == -INFINITY ? 0.f : O / L;
         if (!isfinite(y)) sbad[r] = 1;
         fdec_store_any(out, out0 + (size_t)r * Dr + d, ot, y);

@@ -18,10 +18,12 @@
  * and PW positions of each staged step: at D = 256 two warps, at D = 512 four warps share a position group and
  * add their partial scores through shared memory. A stage holds NP = 32 KiB / (4 D) positions of K and V
  * (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); FDEC_MMA_STAGES
- * stages are in flight. At D <= 128 each warp copies and waits for its own rows, with no block barrier in the
- * loop; at D >= 256 the block copies a step together and the rows FDEC_MMA_PREFETCH steps ahead are also
- * prefetched into L2. After the loop each position group is one partial state, and the block's tail (kernels.cuh,
- * fdec_block_tail) merges them and writes the chunk state; fdec_chunk_merge_kernel merges the chunks.
+ * stages are in flight. At head_dim 128 on sm_90 the rows come by bulk copies instead (FDEC_MMA_TMA), one per row,
+ * completing on an mbarrier per warp and stage, into rows padded by 16 bytes. At D <= 128 each warp copies and
+ * waits for its own rows, with no block barrier in the loop; at D >= 256 the block copies a step together and
+ * the rows FDEC_MMA_PREFETCH steps ahead are also prefetched into L2. After the loop each position group is one
+ * partial state, and the block's tail (kernels.cuh, fdec_block_tail) merges them and writes the chunk state;
+ * fdec_chunk_merge_kernel merges the chunks.
  */
 #pragma once
 #include "kernels.cuh"
@@ -33,6 +35,20 @@
 /* Steps prefetched into L2 ahead of the ring at head_dim >= 256 (0: none). 2 measured best; 4 lost 25-35%. */
 #ifndef FDEC_MMA_PREFETCH
 #define FDEC_MMA_PREFETCH 2
+#endif
+
+/* Bulk copies at head_dim 128 on sm_90: each warp's rows are copied by the bulk copy engine (cp.async.bulk, one
+ * copy per 256-byte row of K or V) completing on an mbarrier per warp and stage, into rows padded by 16 bytes
+ * instead of XOR-swizzled. Llama-3-8B 131k 165 -> 140 us (3.25 -> 3.84 TB/s), 32k 46.7 -> 45.8 us; at head_dim
+ * 64 (128-byte rows, twice the copies) it lost 30-40%, so there cp.async stays (bench/NOTES.md, CUDA log row 15).
+ * 0 turns it off. */
+#ifndef FDEC_MMA_TMA
+#define FDEC_MMA_TMA 1
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && FDEC_MMA_TMA
+#define FDEC_MMA_TMA_ARCH 1
+#else
+#define FDEC_MMA_TMA_ARCH 0
 #endif
 
 template <int D>
@@ -53,12 +69,16 @@ struct fdec_mma_shape {
     static constexpr int ROWS_PER_PASS = CT / CH;                   /* rows one cp.async pass covers */
     static_assert(NT % 2 == 0 && PW % 16 == 0, "P V takes positions 16 at a time");
     static_assert(CH >= 8, "the swizzle needs 8 pieces per row");
+    /* the bulk-copy layout: rows padded to RP bytes (16 more than a row, so ldmatrix meets no bank conflicts) */
+    static constexpr int RP = D * 2 + 16;
+    static constexpr int TSB = 2 * NP * RP; /* bytes of a stage of K and V rows */
 };
 
 template <int D>
 constexpr size_t fdec_mma_smem_bytes() {
     /* the ring, and at D > 128 the partial scores the warps of a group exchange */
-    return (size_t)FDEC_MMA_STAGES * FDEC_MMA_STAGE_BYTES +
+    return (size_t)FDEC_MMA_STAGES *
+               (FDEC_MMA_TMA && D == 128 ? (size_t)fdec_mma_shape<D>::TSB : FDEC_MMA_STAGE_BYTES) +
            (fdec_mma_shape<D>::WD > 1 ? (size_t)FDEC_CUDA_WARPS * 32 * fdec_mma_shape<D>::NT * 2 * sizeof(float) : 0);
 }
 
@@ -78,6 +98,19 @@ __device__ __forceinline__ void fdec_ldsm_x4_t(unsigned (&r)[4], const void *sme
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
+}
+
+/* A bulk copy of bytes (a multiple of 16) from global to shared memory that completes on the mbarrier at bar
+ * (a shared address); sm_90. */
+__device__ __forceinline__ void fdec_bulk_copy(void *smem, const void *gmem, int bytes, unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(smem)),
+                 "l"(gmem), "r"(bytes), "r"(bar)
+                 : "memory");
+#else
+    (void)smem, (void)gmem, (void)bytes, (void)bar;
+#endif
 }
 
 /* D += A B, m16n8k16, f32 accumulate */
@@ -153,10 +186,31 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
     const int nsteps = (int)((c1 - c0 + NP - 1) / NP);
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    /* stage s: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)) */
-    auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * FDEC_MMA_STAGE_BYTES); };
-    auto vst = [&](int s) { return kst(s) + NP * CH; };
-    float *xs = reinterpret_cast<float *>(smem_raw + (size_t)NSTAGE * FDEC_MMA_STAGE_BYTES);
+    constexpr bool TMA = FDEC_MMA_TMA_ARCH && D == 128;
+    constexpr int SB = TMA ? S::TSB : FDEC_MMA_STAGE_BYTES;
+    /* stage s: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)); with
+     * bulk copies, at byte r * RP + 16 c */
+    auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * SB); };
+    auto vst = [&](int s) {
+        return TMA ? reinterpret_cast<uint4 *>(smem_raw + (size_t)s * SB + NP * S::RP) : kst(s) + NP * CH;
+    };
+    auto piece = [&](const uint4 *st, int r, int c) {
+        return TMA ? reinterpret_cast<const uint4 *>(reinterpret_cast<const unsigned char *>(st) + r * S::RP) + c
+                   : st + r * CH + (c ^ (r & 7));
+    };
+    float *xs = reinterpret_cast<float *>(smem_raw + (size_t)NSTAGE * SB);
+#if FDEC_MMA_TMA_ARCH
+    __shared__ __align__(8) uint64_t bars[FDEC_CUDA_WARPS][NSTAGE]; /* a warp's stages' arrivals (bulk copies) */
+    if (TMA && lane == 0) {
+        for (int i = 0; i < NSTAGE; i++) {
+            unsigned b = (unsigned)__cvta_generic_to_shared(&bars[warp][i]);
+            asm volatile("mbarrier.init.shared.b64 [%0], 1;\n" ::"r"(b));
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+    __syncwarp();
+#endif
 
     /* this thread's piece of each row it copies: fixed column, rows row0 + id / CH + i * ROWS_PER_PASS */
     const int cp_id = WD == 1 ? lane : (int)threadIdx.x;
@@ -165,6 +219,40 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
     auto issue = [&](int step, int s) {
         const uint64_t base = (uint64_t)c0 + (uint64_t)step * NP;
         uint4 *ks_ = kst(s), *vs_ = vst(s);
+#if FDEC_MMA_TMA_ARCH
+        if constexpr (TMA) { /* this warp's PW rows: lane i copies rows pg * PW + i, + 32, ... */
+            const int r0 = pg * PW;
+            const uint64_t lim = c1 > base + r0 ? c1 - (base + r0) : 0;
+            const int nvalid = lim < (uint64_t)PW ? (int)lim : PW;
+            const unsigned bar = (unsigned)__cvta_generic_to_shared(&bars[warp][s]);
+            if (lane == 0)
+                asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;\n" ::"r"(bar),
+                             "r"(nvalid * 2 * D * (int)sizeof(KT)) : "memory");
+            __syncwarp();
+            for (int i = lane; i < PW; i += 32) {
+                const int r = r0 + i;
+                unsigned char *kd = reinterpret_cast<unsigned char *>(ks_) + r * S::RP,
+                              *vd = reinterpret_cast<unsigned char *>(vs_) + r * S::RP;
+                if (i < nvalid) {
+                    const uint64_t t = base + r;
+                    uint32_t row = (uint32_t)t;
+                    if (p.ring) {
+                        row = p.ring_lo + (uint32_t)(t - p.lo);
+                        if (row >= p.ring) row -= p.ring;
+                    }
+                    const KT *ks = kbase + (size_t)row * p.ps, *vs = vbase + (size_t)row * p.ps;
+                    fdec_bulk_copy(kd, ks, D * (int)sizeof(KT), bar);
+                    fdec_bulk_copy(vd, vs, D * (int)sizeof(KT), bar);
+                } else { /* rows past the chunk: zeros (their weight is 0, and 0 * a stale inf would be NaN) */
+                    for (int c = 0; c < CH; c++)
+                        reinterpret_cast<uint4 *>(kd)[c] = make_uint4(0, 0, 0, 0),
+                        reinterpret_cast<uint4 *>(vd)[c] = make_uint4(0, 0, 0, 0);
+                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* before later bulk copies */
+                }
+            }
+            return;
+        }
+#endif
         if (!p.ring && base + NP <= c1) { /* every row of the step there and contiguous: pointer steps */
             const KT *kp = kbase + (size_t)(base + cp_r) * p.ps + cp_c * 8, *vp = vbase + (kp - kbase);
 #pragma unroll
@@ -265,6 +353,19 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
 
     const int prow = pg * PW; /* this warp's first position in a stage */
     for (int it = 0; it < nsteps; it++) {
+#if FDEC_MMA_TMA_ARCH
+        if constexpr (TMA) { /* wait for this warp's rows of step it (the mbarrier's phase it / NSTAGE) */
+            const unsigned bar = (unsigned)__cvta_generic_to_shared(&bars[warp][it % NSTAGE]);
+            const unsigned par = (unsigned)(it / NSTAGE) & 1u;
+            unsigned done = 0;
+            while (!done)
+                asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared.b64 q, [%1], %2;\n"
+                             " selp.u32 %0, 1, 0, q;\n}\n"
+                             : "=r"(done)
+                             : "r"(bar), "r"(par)
+                             : "memory");
+        } else
+#endif
         fdec_cp_async_wait<NSTAGE - 2>();
         /* stage it has landed for every copying thread; stage it - 1 is free */
         if constexpr (WD == 1) __syncwarp();
@@ -288,7 +389,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
             for (int nt = 0; nt < NT; nt++) {
                 const int r = prow + nt * 8 + (lane & 7), c = ds / 8 + kk * 4 + (lane >> 3);
                 unsigned b[4];
-                fdec_ldsm_x4(b, K + r * CH + (c ^ (r & 7)));
+                fdec_ldsm_x4(b, piece(K, r, c));
                 fdec_mma<KT>(sc[nt], qa[2 * kk], b[0], b[1]);
                 fdec_mma<KT>(sd[nt], qa[2 * kk + 1], b[2], b[3]);
                 if constexpr (NTERM == 3) {
@@ -359,7 +460,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
             for (int np = 0; np < OT / 2; np++) {
                 const int r = prow + kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), c = ds / 8 + np * 2 + (lane >> 4);
                 unsigned b[4];
-                fdec_ldsm_x4_t(b, V + r * CH + (c ^ (r & 7)));
+                fdec_ldsm_x4_t(b, piece(V, r, c));
                 fdec_mma<KT>(o[2 * np], pa, b[0], b[1]);
                 fdec_mma<KT>(o[2 * np + 1], pa, b[2], b[3]);
                 if constexpr (NTERM == 3) {

@@ -39,8 +39,15 @@ ALWAYS_INLINE void prefetch_row(const char *p, size_t bytes) {
 ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const float *q, uint32_t Dp, float *sT,
                            const char *kn, uint32_t nn, const uint32_t D, const fdec_dtype T, const uint32_t HT) {
     const uint32_t P = NACC / HT; /* HT divides NACC: P * HT == NACC accumulators, one transposed reduction */
+    const size_t es = fdec_dtype_size(T);
+    const int spread = D % VW == 0 && D * es >= 512;
     for (uint32_t j0 = 0; j0 < nb; j0 += P) {
-        for (uint32_t j = j0; j < j0 + P && j < nn; j++) prefetch_row(kn + (size_t)j * kstride, D * fdec_dtype_size(T));
+        /* the next block's rows j0 .. j0 + P: with rows of 8 lines or more, one line of each as the d loop
+         * crosses each 64-byte line of a row (spread over the FMAs, not in a burst: Gemma 4 full -28% from DRAM,
+         * bench/NOTES.md, CPU row 17); shorter rows at once (spread, LFM2's 2-line rows lost 7% in cache) */
+        const uint32_t npf = j0 + P < nn ? P : nn > j0 ? nn - j0 : 0;
+        if (!spread)
+            for (uint32_t p = 0; p < npf; p++) prefetch_row(kn + (size_t)(j0 + p) * kstride, D * es);
         V acc[NACC];
         const char *kr[NACC];
         for (uint32_t p = 0; p < P; p++) {
@@ -50,6 +57,8 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
         for (uint32_t i = 0; i < NACC; i++) acc[i] = vzero();
         uint32_t d = 0;
         for (; d + VW <= D; d += VW) {
+            if (spread && (d * es) % 64 == 0)
+                for (uint32_t p = 0; p < npf; p++) __builtin_prefetch(kn + (size_t)(j0 + p) * kstride + d * es, 0, 2);
             V qv[8];
             for (uint32_t h = 0; h < HT; h++) {
                 qv[h] = vloadf(q + (size_t)h * Dp + d);
@@ -58,13 +67,13 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
 #endif
             }
             for (uint32_t p = 0; p < P; p++) {
-                V kv = vload_kv(kr[p] + d * fdec_dtype_size(T), T);
+                V kv = vload_kv(kr[p] + d * es, T);
                 for (uint32_t h = 0; h < HT; h++) acc[h * P + p] = vfma(kv, qv[h], acc[h * P + p]);
             }
         }
         if (d < D) { /* q is zero-padded to Dp, so only K needs a short load */
             for (uint32_t p = 0; p < P; p++) {
-                V kv = vload_kv_n(kr[p] + d * fdec_dtype_size(T), D - d, T);
+                V kv = vload_kv_n(kr[p] + d * es, D - d, T);
                 for (uint32_t h = 0; h < HT; h++)
                     acc[h * P + p] = vfma(kv, vloadf(q + (size_t)h * Dp + d), acc[h * P + p]);
             }
@@ -113,8 +122,13 @@ ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const fl
     for (uint32_t h = 0; h < HT; h++)
         for (uint32_t t = 0; t < DT; t++) acc[h][t] = vloadf(o + (size_t)h * Dp + d0 + t * VW);
     const size_t es = fdec_dtype_size(T);
+    /* the lines of the next block's rows that this tile's strip of dimensions will read there: every tile asks
+     * for its own strip, so the prefetches are spread over the tiles (bench/NOTES.md, CPU row 17) */
+    const size_t se0 = (size_t)(d0 + DT * VW) * es, se = se0 < D * es ? se0 : D * es;
+    const size_t pf0 = ((size_t)d0 * es) & ~(size_t)63;
     for (uint32_t j = 0; j < nb; j++) {
-        if (j < nn) prefetch_row(vn + (size_t)j * vstride, D * es);
+        if (j < nn)
+            for (size_t b = pf0; b < se; b += 64) __builtin_prefetch(vn + (size_t)j * vstride + b, 0, 2);
         const char *vr = vb + (size_t)j * vstride + d0 * es;
         V vv[8];
         for (uint32_t t = 0; t < DT; t++)
@@ -134,11 +148,11 @@ ALWAYS_INLINE void pv_heads(const char *vb, size_t vstride, uint32_t nb, const f
                             const char *vn, uint32_t nn, const uint32_t D, const fdec_dtype T, const uint32_t HT) {
     const uint32_t nvec = (D + VW - 1) / VW;
     uint32_t i = 0;
-    /* the first tile also prefetches the next block's V rows */
+    /* each tile also prefetches its strip of the next block's V rows */
 #define PV_TILES(DT)                                                                                            \
     if ((DT) * HT <= NACC || (DT) == 1)                                                                         \
         for (; i + (DT) <= nvec; i += (DT))                                                                     \
-            pv_tile(vb, vstride, nb, sT, o, Dp, i * VW, vn, i == 0 ? nn : 0, D, T, HT, (DT));
+            pv_tile(vb, vstride, nb, sT, o, Dp, i * VW, vn, nn, D, T, HT, (DT));
     PV_TILES(8)
     PV_TILES(4)
     PV_TILES(2)

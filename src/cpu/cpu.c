@@ -7,9 +7,14 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Chunks per thread: more than one so that a thread slowed by other work on a shared machine does not hold
- * up the call (tasks are taken dynamically); each chunk costs one partial state, H x head_dim floats. */
+/* Chunks per thread for calls that read at least LONG_CALL_BYTES: more than one, so that a thread slowed by
+ * other work on a shared machine does not hold up the call (tasks are taken dynamically); each chunk costs one
+ * partial state, H x head_dim floats. Shorter calls take one chunk per thread: every chunk starts with a burst
+ * of prefetches for its first block, and below 128 MiB one chunk a thread measured 10-30% faster (window 1024:
+ * 372 -> 300 us, Llama 4k 653 -> 583 us), while at 512 MiB four were 10% faster for the Gemma 4 full layer
+ * (bench/NOTES.md, CPU row 18). */
 #define CHUNKS_PER_THREAD 4
+#define LONG_CALL_BYTES ((size_t)128 << 20)
 /* Scratch bound on the split: 64 partial states. */
 #define MAX_CHUNKS 64
 /* A chunk should read at least this many bytes of K/V so that waking a thread for it pays off: 256 KiB takes
@@ -109,7 +114,8 @@ static fdec_split cpu_split(const cpu_impl *c, const fdec_problem *p) {
     size_t bytes_per_pos = 2 * (size_t)p->G * p->D * fdec_dtype_size(p->kvt);
     size_t min_chunk = MIN_CHUNK_BYTES / bytes_per_pos;
     if (min_chunk < FDEC_CPU_NB) min_chunk = FDEC_CPU_NB;
-    uint32_t lanes = c->threads > 1 ? c->threads * CHUNKS_PER_THREAD : 1;
+    const size_t call_bytes = (size_t)(p->seq_len - p->lo) * bytes_per_pos; /* the attended positions */
+    uint32_t lanes = c->threads > 1 ? c->threads * (call_bytes >= LONG_CALL_BYTES ? CHUNKS_PER_THREAD : 1) : 1;
     return fdec_make_split(p, lanes, (uint32_t)(min_chunk > UINT32_MAX ? UINT32_MAX : min_chunk), MAX_CHUNKS);
 }
 

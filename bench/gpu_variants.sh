@@ -2,9 +2,9 @@
 # Compile-time variants of the CUDA backend side by side on the GPU machine, for bench/NOTES.md's log:
 #   bench/gpu_variants.sh "name:-DFLAG=1 -DOTHER=2" "name2:+ENVVAR=value ..."   (no flags: the baseline)
 # Words starting with + are environment settings for the variant's runs, the rest compiler flags.
-# Each variant is built in build-<name> (sm_90), checked with a short CUDA sweep (unless its flags contain
-# FDEC_MEASURE_, which makes results wrong on purpose), then benchmarked; the benchmarks run in ROUNDS rounds
-# (default 2) alternating the variants, so that drift of the machine shows. Everything goes to $OUT/variants.log.
+# Each variant is built in build-<name> (sm_90), checked with a short CUDA sweep, then benchmarked; the benchmarks
+# run in ROUNDS rounds (default 2) alternating the variants, so that drift of the machine shows. Everything goes to
+# $OUT/variants.log.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results}
@@ -23,10 +23,8 @@ wait
 for v in "$@"; do
   name=${v%%:*} flags=${v#*:}
   [ -x build-$name/flashdec ] || { tail -20 build-$name.log >> "$LOG"; continue; }
-  if [[ "$flags" != *FDEC_MEASURE_* ]]; then
-    echo "== test $name [$flags]" >> "$LOG"
-    env $(envs "$flags") timeout 120 ./build-$name/tests/run_tests --cuda --configs ${TEST_CONFIGS:-150} 2>&1 | tail -2 >> "$LOG"
-  fi
+  echo "== test $name [$flags]" >> "$LOG"
+  env $(envs "$flags") timeout 120 ./build-$name/tests/run_tests --cuda --configs ${TEST_CONFIGS:-150} 2>&1 | tail -2 >> "$LOG"
 done
 for round in $(seq 1 ${ROUNDS:-2}); do
   for v in "$@"; do

@@ -257,8 +257,7 @@ fdec_status fdec_merge(fdec_context *c, uint32_t n, uint32_t H, uint32_t D, fdec
     if (lse && (uintptr_t)lse % sizeof(float))
         return leave(c, fdec_set_error(FDEC_EINVAL, "lse (%p) must be aligned to 4 bytes", (void *)lse));
     if (!c->ops->merge)
-        return leave(c, fdec_set_error(FDEC_EUNSUPPORTED, "fdec_merge is not available on this backend yet (CPU "
-                                                          "only)"));
+        return leave(c, fdec_set_error(FDEC_EUNSUPPORTED, "fdec_merge is not available on this backend"));
     return leave(c, c->ops->merge(c->impl, n, H, D, t, outs, lses, out, lse));
 }
 

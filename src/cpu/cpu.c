@@ -206,8 +206,15 @@ static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *ou
 }
 
 /* Writes a merged head: a non-finite value anywhere in it (from a NaN or inf in the head's inputs) makes the
- * whole head NaN (flashdec.h). */
+ * whole head NaN (flashdec.h); a head whose states are all empty (fdec_merge of empty shards only: a decode
+ * attends at least one position) is 0 with lse -inf. */
 static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec_dtype ot, float *lse) {
+    if (L == 0.0f && M == -INFINITY) {
+        for (uint32_t d = 0; d < D; d++) acc[d] = 0.0f;
+        store_row(out, acc, D, ot);
+        if (lse) *lse = -INFINITY;
+        return;
+    }
     int bad = !isfinite(M) || !isfinite(L);
     for (uint32_t d = 0; d < D; d++) bad |= !isfinite(acc[d]);
     if (bad)
@@ -236,13 +243,7 @@ static fdec_status cpu_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fde
             load_row(row, (const char *)outs[i] + (size_t)h * D * es, D, t, w[i]);
             for (uint32_t d = 0; d < D; d++) acc[d] += row[d];
         }
-        if (L == 0.0f && !isnan(M)) { /* every shard empty */
-            for (uint32_t d = 0; d < D; d++) acc[d] = 0.0f;
-            store_row((char *)out + (size_t)h * D * es, acc, D, t);
-            if (lse) lse[h] = -INFINITY;
-            continue;
-        }
-        for (uint32_t d = 0; d < D; d++) acc[d] /= L;
+        for (uint32_t d = 0; d < D; d++) acc[d] /= L; /* L = 0 (every shard empty): finish_row writes 0 */
         finish_row(acc, D, M, L, (char *)out + (size_t)h * D * es, t, lse ? lse + h : NULL);
     }
     return FDEC_OK;

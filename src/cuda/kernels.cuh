@@ -42,6 +42,14 @@ struct fdec_cuda_params {
     int qt, ot;
 };
 
+/* The cache row of attended position t (lo <= t < lo + ring when there is a ring): t itself, or in a ring of
+ * `ring` rows t mod ring, from ring_lo = lo mod ring by one conditional subtraction. */
+__device__ __forceinline__ uint32_t fdec_cache_row(const fdec_cuda_params &p, uint64_t t) {
+    if (!p.ring) return (uint32_t)t;
+    const uint32_t row = p.ring_lo + (uint32_t)(t - p.lo);
+    return row >= p.ring ? row - p.ring : row;
+}
+
 __device__ __forceinline__ float fdec_to_f32(float x) { return x; }
 __device__ __forceinline__ float fdec_to_f32(__half x) { return __half2float(x); }
 __device__ __forceinline__ float fdec_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -318,12 +326,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
     const uint32_t step = NW * GROUPS * U;
 
-    /* row of position t (t < c1) in the cache */
-    auto row_of = [&](uint64_t t) -> uint32_t {
-        if (!p.ring) return (uint32_t)t;
-        uint32_t row = p.ring_lo + (uint32_t)(t - p.lo); /* t - lo < ring: one conditional subtraction */
-        return row >= p.ring ? row - p.ring : row;
-    };
+    auto row_of = [&](uint64_t t) { return fdec_cache_row(p, t); }; /* t < c1 */
     auto valid_at = [&](uint64_t base, int u) { return base + u * NW * GROUPS + grp < c1; };
 
     /* the online-softmax update for one step's rows, given as raw loads (rows past c1 are masked) */

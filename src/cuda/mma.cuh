@@ -201,15 +201,17 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
     float *xs = reinterpret_cast<float *>(smem_raw + (size_t)NSTAGE * SB);
 #if FDEC_MMA_TMA_ARCH
     __shared__ __align__(8) uint64_t bars[FDEC_CUDA_WARPS][NSTAGE]; /* a warp's stages' arrivals (bulk copies) */
-    if (TMA && lane == 0) {
-        for (int i = 0; i < NSTAGE; i++) {
-            unsigned b = (unsigned)__cvta_generic_to_shared(&bars[warp][i]);
-            asm volatile("mbarrier.init.shared.b64 [%0], 1;\n" ::"r"(b));
+    if constexpr (TMA) {
+        if (lane == 0) {
+            for (int i = 0; i < NSTAGE; i++) {
+                unsigned b = (unsigned)__cvta_generic_to_shared(&bars[warp][i]);
+                asm volatile("mbarrier.init.shared.b64 [%0], 1;\n" ::"r"(b));
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncwarp();
     }
-    __syncwarp();
 #endif
 
     /* this thread's piece of each row it copies: fixed column, rows row0 + id / CH + i * ROWS_PER_PASS */
@@ -234,12 +236,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
                 unsigned char *kd = reinterpret_cast<unsigned char *>(ks_) + r * S::RP,
                               *vd = reinterpret_cast<unsigned char *>(vs_) + r * S::RP;
                 if (i < nvalid) {
-                    const uint64_t t = base + r;
-                    uint32_t row = (uint32_t)t;
-                    if (p.ring) {
-                        row = p.ring_lo + (uint32_t)(t - p.lo);
-                        if (row >= p.ring) row -= p.ring;
-                    }
+                    const uint32_t row = fdec_cache_row(p, base + r);
                     const KT *ks = kbase + (size_t)row * p.ps, *vs = vbase + (size_t)row * p.ps;
                     fdec_bulk_copy(kd, ks, D * (int)sizeof(KT), bar);
                     fdec_bulk_copy(vd, vs, D * (int)sizeof(KT), bar);
@@ -268,13 +265,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
             const int r = cp_r + i * S::ROWS_PER_PASS;
             const uint64_t t = base + r;
             const bool ok = t < c1;
-            uint32_t row = 0;
-            if (ok) {
-                if (p.ring) {
-                    row = p.ring_lo + (uint32_t)(t - p.lo);
-                    if (row >= p.ring) row -= p.ring;
-                } else row = (uint32_t)t;
-            }
+            const uint32_t row = ok ? fdec_cache_row(p, t) : 0;
             const size_t off = (size_t)row * p.ps + cp_c * 8;
             const int at = r * CH + (cp_c ^ (r & 7));
             fdec_cp_async16_zfill(ks_ + at, kbase + off, ok); /* rows past c1 are zero-filled, not read */
@@ -337,11 +328,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
         for (int j = cp_id; j < S::CR * 2; j += S::CT) {
             const uint64_t t = base + row0 + (j >> 1);
             if (t >= c1) break;
-            uint32_t row = (uint32_t)t;
-            if (p.ring) {
-                row = p.ring_lo + (uint32_t)(t - p.lo);
-                if (row >= p.ring) row -= p.ring;
-            }
+            const uint32_t row = fdec_cache_row(p, t);
             const KT *src = ((j & 1) ? vbase : kbase) + (size_t)row * p.ps;
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(D * (int)sizeof(KT)) : "memory");
         }

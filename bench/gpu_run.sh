@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build, test and benchmark the CUDA backend on a GPU machine in one go (the device tool runs it there).
-#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [simt] [split] [peer] [py] [gpus]   (no argument: all but split)
+#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [simt] [split] [peer] [py] [gpus] [ncu]   (no argument: all but
+#   split and ncu)
 # Logs and JSON go to $OUT (the device tool's output folder) or bench/results.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,16 @@ fi
 if has py; then # the Python package's tests, torch CUDA tensors included, against this build's library
   FLASHDEC_LIBRARY=$PWD/build/libflashdec.so PYTHONPATH=$PWD/python timeout 150 python3 -m pytest -q -rs tests/python \
     -p no:cacheprovider 2>&1 | tee "$OUT/pytest-cuda.log" | tail -8 || rc=1
+fi
+if has ncu; then # Nsight Compute sections of each kernel of one call per case (NCU_CASES="preset:ctx ...")
+  for c in ${NCU_CASES:-gemma4-sliding:32768 gemma4-full:32768 lfm2:131072 llama3-8b:1024}; do
+    timeout 120 ncu -k regex:fdec --launch-skip ${NCU_SKIP:-40} --launch-count ${NCU_COUNT:-2} \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+      --section MemoryWorkloadAnalysis --section SchedulerStats \
+      ./build/flashdec bench --backend cuda --preset "${c%%:*}" --ctx "${c##*:}" --reps 3 --no-check \
+      > "$OUT/ncu-${c%%:*}-${c##*:}.txt" 2>&1
+    echo "ncu $c: exit $?"; grep -E '^  [a-z].*fdec|Duration|DRAM Throughput|Warp Cycles Per Issued|Registers Per' "$OUT/ncu-${c%%:*}-${c##*:}.txt"
+  done
 fi
 if has gpus; then # sequence-parallel decode over every GPU here (make sure NVLink multicast stays off)
   n=$(nvidia-smi -L | wc -l)

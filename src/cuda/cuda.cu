@@ -312,7 +312,7 @@ static fdec_status cuda_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fd
     }
     fdec_merge_params mp;
     memset(&mp, 0, sizeof mp);
-    mp.H = H, mp.D = D, mp.t = (int)t;
+    mp.H = H, mp.D = D;
     for (uint32_t i = 0; i < n;) {
         const int first = i == 0;
         uint32_t k = 0;
@@ -320,11 +320,15 @@ static fdec_status cuda_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fd
         while (k < FDEC_CUDA_MERGE_MAX && i < n) mp.outs[k] = outs[i], mp.lses[k] = lses[i], k++, i++;
         const int last = i == n;
         mp.n = k;
-        mp.t0 = first ? (int)t : (int)FDEC_F32;
         mp.out = last ? out : acc;
         mp.lse = last ? lse : acc + (size_t)H * D;
         mp.ot = last ? (int)t : (int)FDEC_F32;
-        fdec_merge_kernel<<<(H + 7) / 8, FDEC_CUDA_WARPS * 32, 0, c->stream>>>(mp);
+        /* the shards' dtype and slot 0's (an f32 accumulator after the first launch) */
+        void (*kern)(const fdec_merge_params) =
+            t == FDEC_F32   ? fdec_merge_kernel<0, 0>
+            : t == FDEC_F16 ? (first ? fdec_merge_kernel<1, 1> : fdec_merge_kernel<1, 0>)
+                            : (first ? fdec_merge_kernel<2, 2> : fdec_merge_kernel<2, 0>);
+        kern<<<(H + 7) / 8, FDEC_CUDA_WARPS * 32, 0, c->stream>>>(mp);
         if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the merge kernel launch");
     }
     return FDEC_OK;

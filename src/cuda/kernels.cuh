@@ -54,10 +54,23 @@ __device__ __forceinline__ float fdec_to_f32(float x) { return x; }
 __device__ __forceinline__ float fdec_to_f32(__half x) { return __half2float(x); }
 __device__ __forceinline__ float fdec_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-__device__ __forceinline__ float fdec_load_any(const void *p, size_t i, int t) {
-    if (t == 0) return ((const float *)p)[i];
-    if (t == 1) return __half2float(((const __half *)p)[i]);
-    return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+/* Element i of an array of dtype T (0 f32, 1 f16, 2 bf16) as f32, the type known at compile time. */
+template <int T>
+__device__ __forceinline__ float fdec_ld(const void *p, size_t i) {
+    if constexpr (T == 0) return ((const float *)p)[i];
+    else if constexpr (T == 1) return __half2float(((const __half *)p)[i]);
+    else return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+}
+
+/* Calls f(ld) once, with ld(i) = element i of p as f32 for p of runtime dtype t: the branch on the type is taken
+ * once for all of f's loads, so that they go out together. A branch on the type per element (as the kernels had)
+ * makes each load wait for the one before it: q's 32 loads a lane cost several microseconds of every call
+ * (bench/NOTES.md, CUDA log row 16). Every index f passes must be in bounds: select after the load, not around it. */
+template <class F>
+__device__ __forceinline__ void fdec_with_loader(const void *p, int t, F &&f) {
+    if (t == 0) f([p](size_t i) { return fdec_ld<0>(p, i); });
+    else if (t == 1) f([p](size_t i) { return fdec_ld<1>(p, i); });
+    else f([p](size_t i) { return fdec_ld<2>(p, i); });
 }
 
 __device__ __forceinline__ void fdec_store_any(void *p, size_t i, int t, float x) {
@@ -271,22 +284,28 @@ struct fdec_merge_params {
     void *out;
     float *lse;
     uint32_t n, H, D;
-    int t, t0, ot; /* dtype of the shards, of shard 0, of out */
+    int ot; /* dtype of out (the shards' dtypes are the kernel's template arguments) */
 };
+/* the shards of a merge of dtype T; slot 0 of dtype T0 (an f32 accumulator of an earlier launch when T0 != T):
+ * with the types fixed per instance the loads of a batch carry no branch and go out together */
+template <int T, int T0>
 struct fdec_pair_src {
     const fdec_merge_params *p;
     uint32_t h0;
     __device__ float mv(int r, uint32_t c) const { return p->lses[c][h0 + r]; }
     __device__ float lv(int, uint32_t) const { return 1.f; }
     __device__ float ov(int r, uint32_t c, int d) const {
-        return fdec_load_any(p->outs[c], (size_t)(h0 + r) * p->D + d, c ? p->t : p->t0);
+        const size_t i = (size_t)(h0 + r) * p->D + d;
+        if constexpr (T == T0) return fdec_ld<T>(p->outs[c], i);
+        else return c ? fdec_ld<T>(p->outs[c], i) : fdec_ld<T0>(p->outs[c], i);
     }
 };
+template <int T, int T0>
 __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_merge_kernel(const fdec_merge_params p) {
     __shared__ float sw[8 * FDEC_CUDA_MERGE_MAX], sx[3 * 8];
     const uint32_t h0 = blockIdx.x * 8;
     const int nh = min(8, (int)(p.H - h0));
-    const fdec_pair_src src = {&p, h0};
+    const fdec_pair_src<T, T0> src = {&p, h0};
     fdec_merge_heads(src, nh, p.n, (int)p.D, sw, sx, p.out, (size_t)h0 * p.D, p.ot, p.lse ? p.lse + h0 : NULL);
 }
 
@@ -306,13 +325,17 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
     auto elem = [&](int i) { return lin * VEC + (i / VEC) * T * VEC + (i % VEC); };
 
     float q[RT][E];
+    fdec_with_loader(p.q, p.qt, [&](auto ld) {
 #pragma unroll
-    for (int r = 0; r < RT; r++)
+        for (int r = 0; r < RT; r++)
 #pragma unroll
-        for (int i = 0; i < E; i++) {
-            int d = elem(i);
-            q[r][i] = (r < nh && d < Dr) ? fdec_load_any(p.q, (size_t)(h0 + r) * Dr + d, p.qt) * p.scale_log2 : 0.f;
-        }
+            for (int i = 0; i < E; i++) {
+                const int d = elem(i);
+                const bool ok = r < nh && d < Dr;
+                const float x = ld(ok ? (size_t)(h0 + r) * Dr + d : (size_t)h0 * Dr); /* in bounds either way */
+                q[r][i] = ok ? x * p.scale_log2 : 0.f;
+            }
+    });
     float m[RT], l[RT], o[RT][E];
 #pragma unroll
     for (int r = 0; r < RT; r++) {

@@ -285,12 +285,19 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
     {
         float qv[KS][4];
         float amax = 0.f;
+        const bool qok = gq < nh;
+        const size_t qrow = (size_t)(h0 + (qok ? gq : 0)) * D; /* rows past the tile's heads load head h0 */
+        fdec_with_loader(p.q, p.qt, [&](auto ld) {
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) qv[ks][j] = ld(qrow + ds + ks * 16 + 2 * cq + (j & 1) + (j >> 1) * 8);
+        });
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                const int d = ds + ks * 16 + 2 * cq + (j & 1) + (j >> 1) * 8;
-                qv[ks][j] = gq < nh ? fdec_load_any(p.q, (size_t)(h0 + gq) * D + d, p.qt) * p.scale_log2 : 0.f;
+                qv[ks][j] = qok ? qv[ks][j] * p.scale_log2 : 0.f;
                 amax = fmaxf(amax, fabsf(qv[ks][j])); /* NaN is dropped here and caught by the products */
             }
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));

@@ -39,7 +39,7 @@ if has simt; then # the SIMT kernel alone (FDEC_CUDA_KERNEL=simt), for the compa
     2>&1 | tee "$OUT/bench-cuda-simt.log" | tail -10
 fi
 if has split; then # the shortest-chunk rule at short contexts (bench/NOTES.md)
-  for mc in 128 512; do
+  for mc in ${MIN_CHUNKS:-128 512}; do
     echo "FDEC_CUDA_MIN_CHUNK=$mc"
     FDEC_CUDA_MIN_CHUNK=$mc timeout 100 ./build/flashdec bench --backend cuda --ctx 1024,4096 --reps 10 --no-check \
       2>&1 | tail -10 | tee -a "$OUT/bench-cuda-split.log"
@@ -54,7 +54,7 @@ if has py; then # the Python package's tests, torch CUDA tensors included, again
 fi
 if has ncu; then # Nsight Compute sections of each kernel of one call per case (NCU_CASES="preset:ctx ...")
   for c in ${NCU_CASES:-gemma4-sliding:32768 gemma4-full:32768 lfm2:131072 llama3-8b:1024}; do
-    timeout 120 ncu -k regex:fdec --launch-skip ${NCU_SKIP:-40} --launch-count ${NCU_COUNT:-2} \
+    timeout 120 ncu ${NCU_FLAGS:-} -k regex:fdec --launch-skip ${NCU_SKIP:-40} --launch-count ${NCU_COUNT:-2} \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
       --section MemoryWorkloadAnalysis --section SchedulerStats \
       ./build/flashdec bench --backend cuda --preset "${c%%:*}" --ctx "${c##*:}" --reps 3 --no-check \

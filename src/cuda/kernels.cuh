@@ -63,9 +63,10 @@ __device__ __forceinline__ float fdec_ld(const void *p, size_t i) {
 }
 
 /* Calls f(ld) once, with ld(i) = element i of p as f32 for p of runtime dtype t: the branch on the type is taken
- * once for all of f's loads, so that they go out together. A branch on the type per element (as the kernels had)
- * makes each load wait for the one before it: q's 32 loads a lane cost several microseconds of every call
- * (bench/NOTES.md, CUDA log row 16). Every index f passes must be in bounds: select after the load, not around it. */
+ * once for all of f's loads, so that nothing branches between them and they go out together. With a branch around
+ * each element's load (on the head being in the tile, then on the dtype) each load waited for the one before it:
+ * q's 32 loads a lane cost ~3 us of every call (bench/NOTES.md, CUDA log row 16). Every index f passes must be in
+ * bounds: select after the load, not around it. */
 template <class F>
 __device__ __forceinline__ void fdec_with_loader(const void *p, int t, F &&f) {
     if (t == 0) f([p](size_t i) { return fdec_ld<0>(p, i); });

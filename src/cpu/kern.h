@@ -105,7 +105,9 @@ ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float
         vstoref(s + j, e);
         sum = vadd(sum, e);
     }
-    float alpha = fdec_state_weight(*m, mn);
+    /* the running max unchanged (most blocks after the first few): alpha = e^0 = 1 without a call to expf, one
+     * per head and block (LFM2 and Llama in L3 -3%, CPU log row 21) */
+    float alpha = mn == *m ? 1.0f : fdec_state_weight(*m, mn);
     *l = *l * alpha + vhsum(sum);
     *m = mn;
     if (alpha != 1.0f) {

@@ -185,7 +185,25 @@ static void store_row(void *dst, const float *src, size_t n, fdec_dtype t) {
     }
 }
 
-static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec_dtype ot, float *lse);
+/* Writes a merged head from acc = sum_c w_c o_c (scaled in place by 1 / L): a non-finite value anywhere in it
+ * (from a NaN or inf in the head's inputs) makes the whole head NaN (flashdec.h); a head whose states are all
+ * empty (fdec_merge of empty shards only: a decode attends at least one position) is 0 with lse -inf. */
+static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec_dtype ot, float *lse) {
+    if (L == 0.0f && M == -INFINITY) {
+        for (uint32_t d = 0; d < D; d++) acc[d] = 0.0f;
+        store_row(out, acc, D, ot);
+        if (lse) *lse = -INFINITY;
+        return;
+    }
+    const float inv = 1.0f / L;
+    for (uint32_t d = 0; d < D; d++) acc[d] *= inv;
+    int bad = !isfinite(M) || !isfinite(L);
+    for (uint32_t d = 0; d < D; d++) bad |= !isfinite(acc[d]);
+    if (bad)
+        for (uint32_t d = 0; d < D; d++) acc[d] = NAN;
+    store_row(out, acc, D, ot);
+    if (lse) *lse = bad ? NAN : fdec_state_lse(M, L);
+}
 
 /* Merges the nc partial states of each head (state.h) and writes out (converted) and lse. The merged row is
  * built in chunk 0's o, which is not needed afterwards. */
@@ -195,32 +213,13 @@ static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *ou
         float w[MAX_CHUNKS], L;
         const float M = fdec_merge_weights(nc, r->m + h, p->H, r->l + h, p->H, w, &L);
         float *acc = r->o + (size_t)h * Dp;
-        const float inv = 1.0f / L;
-        for (uint32_t d = 0; d < p->D; d++) acc[d] *= w[0] * inv;
+        for (uint32_t d = 0; d < p->D; d++) acc[d] *= w[0];
         for (uint32_t c = 1; c < nc; c++) {
-            const float *oc = r->o + ((size_t)c * p->H + h) * Dp, wc = w[c] * inv;
+            const float *oc = r->o + ((size_t)c * p->H + h) * Dp, wc = w[c];
             for (uint32_t d = 0; d < p->D; d++) acc[d] += wc * oc[d];
         }
         finish_row(acc, p->D, M, L, (char *)out + (size_t)h * p->D * es, p->ot, lse ? lse + h : NULL);
     }
-}
-
-/* Writes a merged head: a non-finite value anywhere in it (from a NaN or inf in the head's inputs) makes the
- * whole head NaN (flashdec.h); a head whose states are all empty (fdec_merge of empty shards only: a decode
- * attends at least one position) is 0 with lse -inf. */
-static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec_dtype ot, float *lse) {
-    if (L == 0.0f && M == -INFINITY) {
-        for (uint32_t d = 0; d < D; d++) acc[d] = 0.0f;
-        store_row(out, acc, D, ot);
-        if (lse) *lse = -INFINITY;
-        return;
-    }
-    int bad = !isfinite(M) || !isfinite(L);
-    for (uint32_t d = 0; d < D; d++) bad |= !isfinite(acc[d]);
-    if (bad)
-        for (uint32_t d = 0; d < D; d++) acc[d] = NAN;
-    store_row(out, acc, D, ot);
-    if (lse) *lse = bad ? NAN : fdec_state_lse(M, L);
 }
 
 /* fdec_merge: the same merge (fdec_merge_weights) over normalised (out, lse) results. Shards of weight 0 (an
@@ -243,7 +242,6 @@ static fdec_status cpu_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fde
             load_row(row, (const char *)outs[i] + (size_t)h * D * es, D, t, w[i]);
             for (uint32_t d = 0; d < D; d++) acc[d] += row[d];
         }
-        for (uint32_t d = 0; d < D; d++) acc[d] /= L; /* L = 0 (every shard empty): finish_row writes 0 */
         finish_row(acc, D, M, L, (char *)out + (size_t)h * D * es, t, lse ? lse + h : NULL);
     }
     return FDEC_OK;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build, test and benchmark the CUDA backend on a GPU machine in one go (the device tool runs it there).
-#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [simt] [split] [peer] [py] [gpus] [ncu]   (no argument: all but
-#   split and ncu)
+#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [simt] [split] [peer] [py] [gpus] [ncu] [sass]   (no argument:
+#   all but split, ncu and sass)
 # Logs and JSON go to $OUT (the device tool's output folder) or bench/results.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -60,6 +60,19 @@ if has ncu; then # Nsight Compute sections of each kernel of one call per case (
       ./build/flashdec bench --backend cuda --preset "${c%%:*}" --ctx "${c##*:}" --reps 3 --no-check \
       > "$OUT/ncu-${c%%:*}-${c##*:}.txt" 2>&1
     echo "ncu $c: exit $?"; grep -E '^  [a-z].*fdec|Duration|DRAM Throughput|Warp Cycles Per Issued|Registers Per' "$OUT/ncu-${c%%:*}-${c##*:}.txt"
+  done
+fi
+if has sass; then # where each kernel's warps stall, instruction by instruction (NCU_CASES as above; bench/ncu_sass.py)
+  for c in ${NCU_CASES:-llama3-8b:1024 gemma4-sliding:32768}; do
+    n=${c%%:*}-${c##*:}
+    timeout 150 ncu --clock-control none --set full --import-source yes -k regex:fdec --launch-skip ${NCU_SKIP:-40} \
+      --launch-count 2 -o "$OUT/rep-$n" -f ./build/flashdec bench --backend cuda --preset "${c%%:*}" --ctx "${c##*:}" \
+      --reps 3 --no-check > "$OUT/ncu-run-$n.txt" 2>&1
+    echo "ncu sass $c: exit $?"
+    ncu -i "$OUT/rep-$n.ncu-rep" --page details > "$OUT/ncu-details-$n.txt" 2>&1
+    ncu -i "$OUT/rep-$n.ncu-rep" --page source --csv --print-source sass > "$OUT/sass-$n.csv" 2>&1
+    python3 bench/ncu_sass.py "$OUT/sass-$n.csv" --top 15 | tee "$OUT/sass-$n.txt"
+    rm -f "$OUT/rep-$n.ncu-rep" "$OUT/sass-$n.csv"
   done
 fi
 if has gpus; then # sequence-parallel decode over every GPU here (make sure NVLink multicast stays off)

@@ -2,6 +2,8 @@
 # Compile-time variants of the CUDA backend side by side on the GPU machine, for bench/NOTES.md's log:
 #   bench/gpu_variants.sh "name:-DFLAG=1 -DOTHER=2" "name2:+ENVVAR=value ..."   (no flags: the baseline)
 # Words starting with + are environment settings for the variant's runs, the rest compiler flags.
+# "name@src.tar:flags" builds the tree in a tarball instead (made beforehand with `git archive <rev> -o src.tar`, an
+# untracked file the device tool carries), so an older revision runs beside this one.
 # Each variant is built in build-<name> (sm_90), checked with a short CUDA sweep, then benchmarked; the benchmarks
 # run in ROUNDS rounds (default 2) alternating the variants, so that drift of the machine shows. Everything goes to
 # $OUT/variants.log.
@@ -14,21 +16,27 @@ CTX=${CTX:-1024,32768,131072}
 PRESETS=${PRESETS:-all}
 cflags() { local w out=; for w in $1; do [[ $w == +* ]] || out+=" $w"; done; echo "$out"; }
 envs() { local w out=; for w in $1; do [[ $w == +* ]] && out+=" ${w#+}"; done; echo "$out"; }
+vname() { local n=${1%%:*}; echo "${n%%@*}"; }
 for v in "$@"; do
-  name=${v%%:*} flags=$(cflags "${v#*:}")
-  ( make -j4 BUILD=build-$name CUDA=1 CUDA_GENCODE="-gencode arch=compute_90,code=sm_90 $flags" \
+  name=$(vname "$v") flags=$(cflags "${v#*:}") src=.
+  n=${v%%:*}
+  if [[ $n == *@* ]]; then # another revision's tree, from a tarball
+    src=${TMPDIR:-/tmp}/fdec-src-$name
+    rm -rf "$src" build-$name && mkdir -p "$src" && tar -xf "${n#*@}" -C "$src" && ln -s "$src/build-$name" build-$name
+  fi
+  ( make -C "$src" -j4 BUILD=build-$name CUDA=1 CUDA_GENCODE="-gencode arch=compute_90,code=sm_90 $flags" \
       build-$name/flashdec build-$name/tests/run_tests > build-$name.log 2>&1 || echo "BUILD FAILED $name" ) &
 done
 wait
 for v in "$@"; do
-  name=${v%%:*} flags=${v#*:}
+  name=$(vname "$v") flags=${v#*:}
   [ -x build-$name/flashdec ] || { tail -20 build-$name.log >> "$LOG"; continue; }
   echo "== test $name [$flags]" >> "$LOG"
   env $(envs "$flags") timeout 120 ./build-$name/tests/run_tests --cuda --configs ${TEST_CONFIGS:-150} 2>&1 | tail -2 >> "$LOG"
 done
 for round in $(seq 1 ${ROUNDS:-2}); do
   for v in "$@"; do
-    name=${v%%:*} flags=${v#*:}
+    name=$(vname "$v") flags=${v#*:}
     [ -x build-$name/flashdec ] || continue
     echo "== bench $name round $round [$flags]" >> "$LOG"
     env $(envs "$flags") timeout 120 ./build-$name/flashdec bench --backend cuda --preset "$PRESETS" --ctx "$CTX" --reps ${REPS:-10} \

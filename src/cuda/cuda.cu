@@ -27,6 +27,13 @@ extern "C" {
 /* Most chunks per head: bounds the scratch and the merge's loop. */
 #define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 
+/* 1: the decode kernel too is a programmatic dependent launch on sm_90 (cuda_decode). Off: back-to-back calls of
+ * 1k positions were 0.3-0.6 us slower with it, unless the merge kernel let them launch at its start
+ * (FDEC_MERGE_TRIGGER), which only helps when the kernel before a decode is flashdec's own merge (bench/NOTES.md,
+ * CUDA log row 21). */
+#ifndef FDEC_CUDA_PDL_DECODE
+#define FDEC_CUDA_PDL_DECODE 0
+#endif
 #define FDEC_CUDA_CONF_MAX 32 /* kernels a context remembers as configured (a model uses a few) */
 
 typedef struct {
@@ -190,8 +197,16 @@ static fdec_status configure(cuda_impl *c, const void *fn, size_t smem) {
         return cuda_err(e, "cudaFuncSetAttribute");
     if (i == c->nconf) { /* first time: the carveout (a hint; its failure is harmless) */
         cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-        if (!c->nconf) cudaFuncSetAttribute((const void *)fdec_chunk_merge_kernel,
-                                            cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+        if (!c->nconf) {
+            cudaFuncSetAttribute((const void *)fdec_chunk_merge_kernel<false>,
+                                 cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+            cudaFuncSetAttribute((const void *)fdec_chunk_merge_kernel<true>,
+                                 cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+            cudaFuncSetAttribute((const void *)fdec_chunk_merge_small<1>,
+                                 cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+            cudaFuncSetAttribute((const void *)fdec_chunk_merge_small<2>,
+                                 cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+        }
         if (c->nconf == FDEC_CUDA_CONF_MAX) return FDEC_OK; /* the table is full: set again next time */
         c->conf_fn[i] = fn;
         c->nconf++;
@@ -222,23 +237,35 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     prm.scale_log2 = p->scale * 1.4426950408889634f;
     prm.qt = (int)p->qt, prm.ot = (int)p->ot;
     if ((st = configure(c, (const void *)lp.fn, lp.smem))) return st;
-    dim3 grid((unsigned)lp.tiles, nc, p->G);
-    lp.fn<<<grid, FDEC_CUDA_WARPS * 32, lp.smem, c->stream>>>(prm);
-    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the kernel launch");
-    /* the merge: a block per (head, 128 dimensions); on sm_90 a programmatic dependent launch, so that its
-     * launch overlaps the decode kernel's last blocks (it waits for the whole decode grid before reading) */
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(p->H, (p->D + FDEC_MERGE_SLICE - 1) / FDEC_MERGE_SLICE, 1);
-    cfg.blockDim = dim3(FDEC_MERGE_SLICE, 1, 1);
-    cfg.dynamicSmemBytes = (nc + 3) * sizeof(float);
-    cfg.stream = c->stream;
+    /* on sm_90 the merge is a programmatic dependent launch (cudaLaunchAttributeProgrammaticStreamSerialization):
+     * it may be launched while the decode kernel runs, and waits for its end and writes (fdec_grid_wait) before
+     * touching memory. The decode kernel is one only with FDEC_CUDA_PDL_DECODE (off: CUDA log row 21). */
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((unsigned)lp.tiles, nc, p->G);
+    cfg.blockDim = dim3(FDEC_CUDA_WARPS * 32, 1, 1);
+    cfg.dynamicSmemBytes = lp.smem;
+    cfg.stream = c->stream;
     cfg.attrs = attr;
+    cfg.numAttrs = c->cc_major >= 9 && FDEC_CUDA_PDL_DECODE ? 1 : 0;
+    if ((e = cudaLaunchKernelEx(&cfg, lp.fn, prm)) != cudaSuccess) return cuda_err(e, "the kernel launch");
+    /* the merge: a block per (head, slice of the dimensions). Up to 64 chunks, fdec_chunk_merge_small (slices of
+     * 128, one L2 round trip: CUDA log row 21); more, slices of 32 with each slice's chunks split among the block's
+     * threads (CUDA log row 17) */
+    const int small = FDEC_MERGE_SMALL && nc <= 64;
+    const uint32_t slice = small || nc <= FDEC_MERGE_SPLIT_CHUNKS ? 128 : 32;
+    cfg.gridDim = dim3(p->H, (p->D + slice - 1) / slice, 1);
+    cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
     cfg.numAttrs = c->cc_major >= 9 ? 1 : 0;
-    if ((e = cudaLaunchKernelEx(&cfg, fdec_chunk_merge_kernel, prm)) != cudaSuccess)
+    void (*merge)(const fdec_cuda_params) = small && nc <= 32             ? fdec_chunk_merge_small<1>
+                                            : small                       ? fdec_chunk_merge_small<2>
+                                            : nc > FDEC_MERGE_SPLIT_CHUNKS ? fdec_chunk_merge_kernel<true>
+                                                                           : fdec_chunk_merge_kernel<false>;
+    if ((e = cudaLaunchKernelEx(&cfg, merge, prm)) != cudaSuccess)
         return cuda_err(e, "the merge kernel launch");
     return FDEC_OK;
 }

@@ -7,8 +7,8 @@
  * paths), E elements per lane; a warp covers GROUPS = 32/T rows at once and U of those row sets per step, and
  * loads the next step's rows before it computes this one (two steps in flight). Each lane group runs its own
  * online softmax; groups merge by shuffles, warps through shared memory, and the block writes one (m, l, o)
- * per head into the scratch; fdec_chunk_merge_kernel, launched right after, merges the chunks' states into out
- * and lse.
+ * per head into the scratch; a merge kernel launched right after (fdec_chunk_merge_small, or
+ * fdec_chunk_merge_kernel for more than 64 chunks) merges the chunks' states into out and lse.
  *
  * Inside the kernel scores are in base 2 (q is pre-multiplied by scale * log2 e); states in the scratch are in
  * natural-log units so that the merge is the one of state.h.
@@ -48,6 +48,25 @@ __device__ __forceinline__ uint32_t fdec_cache_row(const fdec_cuda_params &p, ui
     if (!p.ring) return (uint32_t)t;
     const uint32_t row = p.ring_lo + (uint32_t)(t - p.lo);
     return row >= p.ring ? row - p.ring : row;
+}
+
+/* A kernel launched as a programmatic dependent (sm_90; cuda.cu) may start while the grid before it in the stream
+ * is still running: it waits here, before its first read or write of memory the earlier grid may touch, until that
+ * grid has finished and its writes are visible. Elsewhere a no-op. */
+__device__ __forceinline__ void fdec_grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+/* Lets the next grid in the stream launch now: a merge kernel's first act when FDEC_MERGE_TRIGGER is set, for a
+ * decode kernel launched as a programmatic dependent (FDEC_CUDA_PDL_DECODE, cuda.cu; CUDA log row 21). */
+#ifndef FDEC_MERGE_TRIGGER
+#define FDEC_MERGE_TRIGGER 0
+#endif
+__device__ __forceinline__ void fdec_merge_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && FDEC_MERGE_TRIGGER
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ float fdec_to_f32(float x) { return x; }
@@ -142,21 +161,22 @@ struct fdec_chunk_src {
     __device__ float ov(int r, uint32_t c, int d) const { return __ldcg(o + ((h0 + r) * n + c) * D + d0 + d); }
 };
 
-/* sum_c w_c o_c(r, d) over n states, B states at a time: their loads are issued together (every address is
- * valid), so L2's latency is paid once per B; a state of weight 0 is dropped by a select, not multiplied (its o
- * may be NaN). B = 64 took 3.7 us off the Gemma 4 full layer's 128-chunk merge at 32k but made 16-chunk merges
- * 1 us slower than B = 16 (bench/NOTES.md, CUDA log row 13). */
+/* sum_c w_c o_c(r, d) over the states [cb, ce) of n, B states at a time: their loads are issued together (every
+ * address is valid), so L2's latency is paid once per B; a state of weight 0 is dropped by a select, not
+ * multiplied (its o may be NaN). B = 64 took 3.7 us off the Gemma 4 full layer's 128-chunk merge at 32k but made
+ * 16-chunk merges 1 us slower than B = 16 (bench/NOTES.md, CUDA log row 13). */
 template <int B, class Src>
-__device__ __forceinline__ float fdec_merge_o(const Src &src, int r, int d, uint32_t n, const float *sw) {
+__device__ __forceinline__ float fdec_merge_o(const Src &src, int r, int d, uint32_t n, uint32_t cb, uint32_t ce,
+                                              const float *sw) {
     float O = 0.f;
-    for (uint32_t c0 = 0; c0 < n; c0 += B) {
+    for (uint32_t c0 = cb; c0 < ce; c0 += B) {
         float x[B];
 #pragma unroll
         for (int j = 0; j < B; j++)
-            if (c0 + j < n) x[j] = src.ov(r, c0 + j, d);
+            if (c0 + j < ce) x[j] = src.ov(r, c0 + j, d);
 #pragma unroll
         for (int j = 0; j < B; j++) {
-            const float w = c0 + j < n ? sw[r * n + c0 + j] : 0.f;
+            const float w = c0 + j < ce ? sw[r * n + c0 + j] : 0.f;
             O += w != 0.f ? w * x[j] : 0.f;
         }
     }
@@ -167,12 +187,14 @@ __device__ __forceinline__ float fdec_merge_o(const Src &src, int r, int d, uint
  * w_c = exp(m_c - M), L = sum w_c l_c, out = sum w_c o_c / L, lse = M + log L (state.h's fdec_merge_weights rule,
  * NaN-sticky max included; states of weight 0 are skipped, not multiplied, so an empty state's o does not
  * matter; all empty: out 0, lse -inf). A non-finite value in a merged row makes the row NaN (flashdec.h). sw
- * holds nh * n floats of shared memory, sx 3 * nh. Element (r, d) of the output is read from the states and
- * written by the same thread, so out may alias a state's o. Output element (r, d) is out[out0 + r * Dr + d];
- * lse is NULL or the first head's lse. */
-template <class Src>
-__device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, float *sw, float *sx, void *out,
-                                 size_t out0, int ot, float *lse) {
+ * holds nh * n floats of shared memory, sx 3 * nh, sp blockDim.x (used when the block has at least twice as many
+ * threads as output elements: then each element's states are split into blockDim.x / (nh Dr) contiguous ranges,
+ * summed by different threads and added in range order, so that more loads are in flight). Each output element
+ * is written by a thread after every read of it (reads, barrier, write), so out may alias a state's o. Output
+ * element (r, d) is out[out0 + r * Dr + d]; lse is NULL or the first head's lse. */
+template <bool SPLIT = false, class Src>
+__device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, float *sw, float *sx, float *sp,
+                                 void *out, size_t out0, int ot, float *lse) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float *sM = sx, *sL = sx + nh;
     int *sbad = reinterpret_cast<int *>(sx + 2 * nh);
@@ -202,13 +224,33 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
         if (lane == 0) sM[r] = M, sL[r] = L, sbad[r] = !isfinite(M) && M != -INFINITY;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < nh * Dr; idx += blockDim.x) {
-        const int r = idx / Dr, d = idx - r * Dr;
-        const float L = sL[r];
-        const float O = n > 32 ? fdec_merge_o<64>(src, r, d, n, sw) : fdec_merge_o<16>(src, r, d, n, sw);
-        const float y = L == 0.f && sM[r] == -INFINITY ? 0.f : O / L;
+    auto finish = [&](int idx, float O) {
+        const int r = idx / Dr;
+        const float y = sL[r] == 0.f && sM[r] == -INFINITY ? 0.f : O / sL[r];
         if (!isfinite(y)) sbad[r] = 1;
-        fdec_store_any(out, out0 + (size_t)r * Dr + d, ot, y);
+        fdec_store_any(out, out0 + idx, ot, y);
+    };
+    const int E = nh * Dr, S = 2 * E <= (int)blockDim.x ? (int)blockDim.x / E : 1;
+    if (!SPLIT || S == 1) { /* one thread an element, all states (the merges of up to 32 chunks: row 17) */
+        for (int idx = threadIdx.x; idx < E; idx += blockDim.x) {
+            const int r = idx / Dr, d = idx - r * Dr;
+            finish(idx, n > 32 ? fdec_merge_o<64>(src, r, d, n, 0, n, sw) : fdec_merge_o<16>(src, r, d, n, 0, n, sw));
+        }
+    } else { /* range s of element idx's states in thread s * E + idx, added in range order */
+        const int s = threadIdx.x / E, idx = threadIdx.x - s * E;
+        if (s < S) {
+            const uint32_t cb = (uint32_t)((uint64_t)n * s / S), ce = (uint32_t)((uint64_t)n * (s + 1) / S);
+            const int r = idx / Dr, d = idx - r * Dr;
+            sp[threadIdx.x] = ce - cb > 32   ? fdec_merge_o<64>(src, r, d, n, cb, ce, sw)
+                              : ce - cb > 16 ? fdec_merge_o<32>(src, r, d, n, cb, ce, sw)
+                                             : fdec_merge_o<16>(src, r, d, n, cb, ce, sw);
+        }
+        __syncthreads();
+        if (s == 0) {
+            float O = sp[idx];
+            for (int j = 1; j < S; j++) O += sp[j * E + idx];
+            finish(idx, O);
+        }
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < nh * Dr; idx += blockDim.x)
@@ -221,7 +263,7 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
 /* The end of a decode block: merges its NS partial states (in shared memory: m[NS][RT] in base 2, l[NS][RT],
  * o[NS][RT][D]) into the chunk's state in the scratch (m in natural-log units). A chunk whose o came out
  * non-finite (an inf in V, a NaN anywhere) gets m = l = NaN, so that the merge makes its head NaN. The states
- * are merged by fdec_chunk_merge_kernel, launched right after this kernel. */
+ * are merged by the merge kernel launched right after this kernel. */
 template <int D, int RT, int NS>
 __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, uint32_t h0, uint32_t chunk) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -259,20 +301,80 @@ __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, 
     }
 }
 
-/* Merges the decode's chunk states into out and lse: block (head, slice of FDEC_MERGE_SLICE dimensions), so the
- * merge is spread over H x D / 128 blocks and its L2 reads are in flight together. On sm_90 it is launched as a
- * programmatic dependent of the decode kernel and waits for it here. */
-#define FDEC_MERGE_SLICE 128
-__global__ void __launch_bounds__(FDEC_MERGE_SLICE) fdec_chunk_merge_kernel(const fdec_cuda_params p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-    extern __shared__ float msm[]; /* [nc] weights, then 3 */
+/* Merges the decode's chunk states into out and lse when fdec_chunk_merge_small (below) does not: more than 64
+ * chunks (or FDEC_MERGE_SMALL=0). A block of FDEC_MERGE_THREADS threads per (head, slice of the dimensions), the
+ * slice ceil(D / gridDim.y) wide (the host's choice, cuda.cu). With slices of 128 a thread merges one dimension over
+ * all chunks; with slices of 32, used for more than FDEC_MERGE_SPLIT_CHUNKS chunks, each dimension's chunks are
+ * split four ways (fdec_merge_heads), so that four times the blocks and loads are in flight: the Gemma 4 full
+ * layer's 128-chunk merge, 32k 51.1 -> 49.4 us, 131k 156 -> 154 (bench/NOTES.md, CUDA log rows 17, 20 and 21). On
+ * sm_90 it is launched as a programmatic dependent of the decode kernel and waits for it here. */
+#define FDEC_MERGE_THREADS 128
+#define FDEC_MERGE_SPLIT_CHUNKS 32
+template <bool SPLIT>
+__global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(const fdec_cuda_params p) {
+    fdec_merge_trigger();
+    fdec_grid_wait();
+    extern __shared__ float msm[]; /* [nc] weights, 3, [FDEC_MERGE_THREADS] partial sums */
     const uint32_t h = blockIdx.x;
-    const int d0 = blockIdx.y * FDEC_MERGE_SLICE, width = min(FDEC_MERGE_SLICE, (int)p.D - d0);
+    const int slice = (int)((p.D + gridDim.y - 1) / gridDim.y);
+    const int d0 = blockIdx.y * slice, width = min(slice, (int)p.D - d0);
     const fdec_chunk_src src = {p.part_m, p.part_l, p.part_o, p.nc, p.D, h, d0};
-    fdec_merge_heads(src, 1, p.nc, width, msm, msm + p.nc, p.out, (size_t)h * p.D + d0, p.ot,
-                        p.lse && blockIdx.y == 0 ? p.lse + h : NULL);
+    fdec_merge_heads<SPLIT>(src, 1, p.nc, width, msm, msm + p.nc, msm + p.nc + 3, p.out, (size_t)h * p.D + d0, p.ot,
+                     p.lse && blockIdx.y == 0 ? p.lse + h : NULL);
+}
+
+/* The merge of a decode's chunk states when there are at most 32 J of them (every preset's merge but the Gemma 4
+ * full layer's at long contexts): block (head, slice of FDEC_MERGE_THREADS dimensions), a thread per dimension.
+ * Every load of a thread (m and l of chunks lane + 32 j, o of every chunk at its dimension) goes out before any is
+ * used: one L2 round trip, where fdec_merge_heads takes two with a block barrier between them. Each warp computes
+ * the weights itself and passes them around by shuffles: no shared memory. The sums are those of fdec_merge_heads
+ * in the same order (same bits), and a row is NaN under the same rule. Llama-3-8B 1k 7.9 -> 6.9 us, 4k 12.8 -> 11.4,
+ * the Gemma 4 sliding window 9.4 -> 8.4 (bench/NOTES.md, CUDA log row 21); FDEC_MERGE_SMALL=0 turns it off. */
+#ifndef FDEC_MERGE_SMALL
+#define FDEC_MERGE_SMALL 1
+#endif
+template <int J>
+__global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(const fdec_cuda_params p) {
+    fdec_merge_trigger();
+    fdec_grid_wait();
+    const uint32_t h = blockIdx.x, n = p.nc;
+    const int lane = threadIdx.x & 31;
+    const uint32_t d = blockIdx.y * FDEC_MERGE_THREADS + threadIdx.x;
+    const bool act = d < p.D;
+    const size_t hn = (size_t)h * n;
+    float mr[J], lr[J], x[32 * J];
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const uint32_t c = lane + 32 * j;
+        mr[j] = c < n ? __ldcg(p.part_m + hn + c) : -INFINITY;
+        lr[j] = c < n ? __ldcg(p.part_l + hn + c) : 0.f;
+    }
+#pragma unroll
+    for (int c = 0; c < 32 * J; c++) x[c] = act && (uint32_t)c < n ? __ldcg(p.part_o + (hn + c) * p.D + d) : 0.f;
+    float M = -INFINITY, L = 0.f, w[J];
+#pragma unroll
+    for (int j = 0; j < J; j++) M = fdec_max_nan(M, mr[j]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) M = fdec_max_nan(M, __shfl_xor_sync(0xffffffffu, M, off));
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        w[j] = fdec_state_weight(mr[j], M);
+        if (w[j] != 0.f) L += w[j] * lr[j];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+    float O = 0.f;
+#pragma unroll
+    for (int c = 0; c < 32 * J; c++) {
+        const float wc = __shfl_sync(0xffffffffu, w[c / 32], c % 32);
+        O += (uint32_t)c < n && wc != 0.f ? wc * x[c] : 0.f;
+    }
+    const bool empty = L == 0.f && M == -INFINITY;
+    const float y = empty ? 0.f : O / L;
+    const bool bad = __syncthreads_or(act && !isfinite(y)) || (!isfinite(M) && M != -INFINITY);
+    if (act) fdec_store_any(p.out, (size_t)h * p.D + d, p.ot, bad ? NAN : y);
+    if (p.lse && blockIdx.y == 0 && threadIdx.x == 0)
+        p.lse[h] = bad ? NAN : empty ? -INFINITY : fdec_state_lse(M, L);
 }
 
 /* fdec_merge on the device: up to FDEC_CUDA_MERGE_MAX (out_i, lse_i) pairs per launch, a block per tile of 8
@@ -303,11 +405,11 @@ struct fdec_pair_src {
 };
 template <int T, int T0>
 __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_merge_kernel(const fdec_merge_params p) {
-    __shared__ float sw[8 * FDEC_CUDA_MERGE_MAX], sx[3 * 8];
+    __shared__ float sw[8 * FDEC_CUDA_MERGE_MAX], sx[3 * 8], sp[FDEC_CUDA_WARPS * 32];
     const uint32_t h0 = blockIdx.x * 8;
     const int nh = min(8, (int)(p.H - h0));
     const fdec_pair_src<T, T0> src = {&p, h0};
-    fdec_merge_heads(src, nh, p.n, (int)p.D, sw, sx, p.out, (size_t)h0 * p.D, p.ot, p.lse ? p.lse + h0 : NULL);
+    fdec_merge_heads(src, nh, p.n, (int)p.D, sw, sx, sp, p.out, (size_t)h0 * p.D, p.ot, p.lse ? p.lse + h0 : NULL);
 }
 
 template <typename KT, int D, int RT>
@@ -321,6 +423,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
     const int grp = lane / T, lin = lane % T;
     const uint32_t g = blockIdx.z, chunk = blockIdx.y, tile = blockIdx.x, h0 = g * p.R + tile * RT;
     const int nh = min(RT, (int)(p.R - tile * RT)); /* heads of this tile */
+    fdec_grid_wait();
 
     /* this lane's element i: load l = i / VEC covers [lin*VEC + l*T*VEC, +VEC) */
     auto elem = [&](int i) { return lin * VEC + (i / VEC) * T * VEC + (i % VEC); };

@@ -23,7 +23,7 @@
  * waits for its own rows, with no block barrier in the loop; at D >= 256 the block copies a step together and
  * the rows FDEC_MMA_PREFETCH steps ahead are also prefetched into L2. After the loop each position group is one
  * partial state, and the block's tail (kernels.cuh, fdec_block_tail) merges them and writes the chunk state;
- * fdec_chunk_merge_kernel merges the chunks.
+ * the merge kernel (kernels.cuh) merges the chunks.
  */
 #pragma once
 #include "kernels.cuh"
@@ -213,6 +213,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
         __syncwarp();
     }
 #endif
+    fdec_grid_wait(); /* nothing above touches memory an earlier grid may use */
 
     /* this thread's piece of each row it copies: fixed column, rows row0 + id / CH + i * ROWS_PER_PASS */
     const int cp_id = WD == 1 ? lane : (int)threadIdx.x;

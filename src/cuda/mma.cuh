@@ -215,6 +215,21 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
 #endif
     fdec_grid_wait(); /* nothing above touches memory an earlier grid may use */
 
+    /* q's loads go out first and are used after the first steps' copies are issued: their latency hides behind
+     * the copies' issue. Issued after the copies (before), the wait on them was 13% of the Llama 1k decode
+     * kernel's stall samples and 32% of the window's (bench/NOTES.md, CUDA log row 22). */
+    float qv[KS][4]; /* q fragments (A operand, row-major 16 x 16 per k-step): rows gq (term 0) and gq + 8 (term 1) */
+    const bool qok = gq < nh;
+    {
+        const size_t qrow = (size_t)(h0 + (qok ? gq : 0)) * D; /* rows past the tile's heads load head h0 */
+        fdec_with_loader(p.q, p.qt, [&](auto ld) {
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) qv[ks][j] = ld(qrow + ds + ks * 16 + 2 * cq + (j & 1) + (j >> 1) * 8);
+        });
+    }
+
     /* this thread's piece of each row it copies: fixed column, rows row0 + id / CH + i * ROWS_PER_PASS */
     const int cp_id = WD == 1 ? lane : (int)threadIdx.x;
     const int cp_c = cp_id % CH, cp_r = (WD == 1 ? pg * PW : 0) + cp_id / CH;
@@ -279,21 +294,11 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
         if (s < nsteps) issue(s, s);
         fdec_cp_async_commit();
     }
-    /* q while the first steps' rows are on their way */
-    /* q fragments (A operand, row-major 16 x 16 per k-step): rows gq (term 0) and gq + 8 (term 1) */
+    /* q's 16-bit terms while the first steps' rows are on their way */
     unsigned qa[KS][4], qa3[NTERM == 3 ? KS : 1][2];
     float qinv;
     {
-        float qv[KS][4];
         float amax = 0.f;
-        const bool qok = gq < nh;
-        const size_t qrow = (size_t)(h0 + (qok ? gq : 0)) * D; /* rows past the tile's heads load head h0 */
-        fdec_with_loader(p.q, p.qt, [&](auto ld) {
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) qv[ks][j] = ld(qrow + ds + ks * 16 + 2 * cq + (j & 1) + (j >> 1) * 8);
-        });
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
 #pragma unroll

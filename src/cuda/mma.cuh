@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
     fdec_grid_wait(); /* nothing above touches memory an earlier grid may use */
 
     /* q's loads go out first and are used after the first steps' copies are issued: their latency hides behind
-     * the copies' issue. Issued after the copies (before), the wait on them was 13% of the Llama 1k decode
+     * the copies' issue. When they went out after the copies, the wait on them was 13% of the Llama 1k decode
      * kernel's stall samples and 32% of the window's (bench/NOTES.md, CUDA log row 22). */
     float qv[KS][4]; /* q fragments (A operand, row-major 16 x 16 per k-step): rows gq (term 0) and gq + 8 (term 1) */
     const bool qok = gq < nh;

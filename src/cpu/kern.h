@@ -136,10 +136,8 @@ ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const fl
         for (uint32_t t = 0; t < DT; t++)
             vv[t] = (D % VW && d0 + (t + 1) * VW > D) ? vload_kv_n(vr + t * VW * es, D - d0 - t * VW, T)
                                                        : vload_kv(vr + t * VW * es, T);
-        for (uint32_t h = 0; h < HT; h++) {
-            V pb = vset1(sT[(size_t)h * NB + j]);
-            for (uint32_t t = 0; t < DT; t++) acc[h][t] = vfma(pb, vv[t], acc[h][t]);
-        }
+        for (uint32_t h = 0; h < HT; h++) /* p[h][j] broadcast by each FMA (vfma_bcast: CPU log row 23) */
+            for (uint32_t t = 0; t < DT; t++) acc[h][t] = vfma_bcast(sT + (size_t)h * NB + j, vv[t], acc[h][t]);
     }
     for (uint32_t h = 0; h < HT; h++)
         for (uint32_t t = 0; t < DT; t++) vstoref(o + (size_t)h * Dp + d0 + t * VW, acc[h][t]);

@@ -4,7 +4,8 @@
  *
  *   V, VW             vector of VW floats
  *   NACC              independent accumulators a tile keeps in registers (half the register file)
- *   vzero, vset1, vloadf, vstoref, vfma(a,b,c)=a*b+c, vmul, vadd, vsub, vmax, vmin, vhsum, vhmax
+ *   vzero, vset1, vloadf, vstoref, vfma(a,b,c)=a*b+c, vfma_bcast(p,b,c)=*p*b+c, vmul, vadd, vsub, vmax, vmin,
+ *   vhsum, vhmax
  *   vload_kv(p, T)    VW elements of K/V type T at p, as f32
  *   vload_kv_n(p,n,T) the first n < VW elements, zeros after (never reads past p + n)
  *   vreduce_all(a, o) o[i] = sum of the lanes of a[i] for the NACC vectors a[0..NACC)
@@ -76,6 +77,14 @@ ALWAYS_INLINE V vset1(float x) { return _mm512_set1_ps(x); }
 ALWAYS_INLINE V vloadf(const float *p) { return _mm512_loadu_ps(p); }
 ALWAYS_INLINE void vstoref(float *p, V x) { _mm512_storeu_ps(p, x); }
 ALWAYS_INLINE V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+/* *p * b + c with the broadcast of *p done by the FMA's memory operand ({1to16}), which the load unit does: a
+ * separate vbroadcastss takes a slot of the FP pipes that the FMAs need (bench/micro/fma_mix.c: 16 FMAs with 8
+ * broadcasts 17% slower than 16 FMAs alone, with embedded broadcasts as fast; CPU log row 23). Written in asm because
+ * the compilers keep a broadcast used twice in a register. */
+ALWAYS_INLINE V vfma_bcast(const float *p, V b, V c) {
+    __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(c) : "v"(b), "m"(*p));
+    return c;
+}
 ALWAYS_INLINE V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
 ALWAYS_INLINE V vadd(V a, V b) { return _mm512_add_ps(a, b); }
 ALWAYS_INLINE V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
@@ -129,6 +138,7 @@ ALWAYS_INLINE V vset1(float x) { return _mm256_set1_ps(x); }
 ALWAYS_INLINE V vloadf(const float *p) { return _mm256_loadu_ps(p); }
 ALWAYS_INLINE void vstoref(float *p, V x) { _mm256_storeu_ps(p, x); }
 ALWAYS_INLINE V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+ALWAYS_INLINE V vfma_bcast(const float *p, V b, V c) { return _mm256_fmadd_ps(_mm256_set1_ps(*p), b, c); }
 ALWAYS_INLINE V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
 ALWAYS_INLINE V vadd(V a, V b) { return _mm256_add_ps(a, b); }
 ALWAYS_INLINE V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
@@ -189,6 +199,7 @@ ALWAYS_INLINE V vset1(float x) { return x; }
 ALWAYS_INLINE V vloadf(const float *p) { return *p; }
 ALWAYS_INLINE void vstoref(float *p, V x) { *p = x; }
 ALWAYS_INLINE V vfma(V a, V b, V c) { return a * b + c; }
+ALWAYS_INLINE V vfma_bcast(const float *p, V b, V c) { return *p * b + c; }
 ALWAYS_INLINE V vmul(V a, V b) { return a * b; }
 ALWAYS_INLINE V vadd(V a, V b) { return a + b; }
 ALWAYS_INLINE V vsub(V a, V b) { return a - b; }

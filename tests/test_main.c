@@ -285,6 +285,18 @@ static void test_seed_shapes(path_ctx *pc, int npc) {
     one_case(pc, npc, "llama3-8b 128/32/8 L=2048 bf16", layer_of(128, 32, 8, 0, 0, FDEC_BF16, 0), 2048, 1.0f, 15);
 }
 
+/* Lengths whose CUDA split (132 SMs, one KV head, one head tile: min(264, L / 64) chunks) lands on each side of
+ * the merge kernels' limits: 32 and 33 chunks (fdec_chunk_merge_small<1> / <2>), 64 and 65 (<2> / the split
+ * merge), 256 (the most). On the CPU they are five more shapes. */
+static void test_merge_paths(path_ctx *pc, int npc) {
+    static const uint32_t lens[] = {2048, 2112, 4096, 4160, 16384};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "merge paths 128/8/1 L=%u", (unsigned)lens[i]);
+        one_case(pc, npc, name, layer_of(128, 8, 1, 0, 0, FDEC_F16, 0), lens[i], 1.0f, 30 + i);
+    }
+}
+
 static void test_numerics(path_ctx *pc, int npc) {
     /* logits around 1e4: scale 1, |q| large. The softmax is then nearly one-hot; output must still be right. */
     one_case(pc, npc, "large logits (~1e4) 128/8/2 f32", layer_of(128, 8, 2, 0, 0, FDEC_F32, 1.0f), 1000, 150.0f,
@@ -832,6 +844,7 @@ int main(int argc, char **argv) {
     printf("; seed %llu\n", (unsigned long long)seed);
     test_bad_input();
     test_seed_shapes(pc, npc);
+    test_merge_paths(pc, npc);
     test_numerics(pc, npc);
     test_nonfinite(pc, npc);
     test_merge();

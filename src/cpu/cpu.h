@@ -5,8 +5,11 @@
 #include "../internal.h"
 
 /* Positions per kernel block: 32 rows of K and V per head stay in L1 between the score and the output pass
- * (32 x 512 x 2 B = 32 KiB at the largest head_dim in f16), and 32 weights fill two AVX-512 vectors. */
+ * (32 x 512 x 2 B = 32 KiB at the largest head_dim in f16), and 32 weights fill two AVX-512 vectors. 16 and 64
+ * measured worse or no better (bench/NOTES.md, CPU log rows 12 and 24). */
+#ifndef FDEC_CPU_NB
 #define FDEC_CPU_NB 32
+#endif
 
 typedef struct {
     uint32_t D, Dp, H, G, R; /* Dp: head_dim rounded up to 16, the row pitch of q and o */

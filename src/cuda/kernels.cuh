@@ -76,9 +76,9 @@ __device__ __forceinline__ float fdec_to_f32(__nv_bfloat16 x) { return __bfloat1
 /* Element i of an array of dtype T (0 f32, 1 f16, 2 bf16) as f32, the type known at compile time. */
 template <int T>
 __device__ __forceinline__ float fdec_ld(const void *p, size_t i) {
-    if constexpr (T == 0) return ((const float *)p)[i];
-    else if constexpr (T == 1) return __half2float(((const __half *)p)[i]);
-    else return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    using E = typename std::conditional<T == 0, float,
+                                        typename std::conditional<T == 1, __half, __nv_bfloat16>::type>::type;
+    return fdec_to_f32(((const E *)p)[i]);
 }
 
 /* Calls f(ld) once, with ld(i) = element i of p as f32 for p of runtime dtype t: the branch on the type is taken
@@ -161,6 +161,26 @@ struct fdec_chunk_src {
     __device__ float ov(int r, uint32_t c, int d) const { return __ldcg(o + ((h0 + r) * n + c) * D + d0 + d); }
 };
 
+/* The merge weights of a warp's states, J a lane (state lane + 32 j; a lane past the last state holds m = -inf,
+ * l = 0): M the NaN-sticky max over the warp, w[j] = fdec_state_weight(mr[j], M), and L = sum w l over the warp
+ * with the states of weight 0 skipped (their l may be NaN). Every lane gets the same M and L. */
+template <int J>
+__device__ __forceinline__ void fdec_warp_weights(const float (&mr)[J], const float (&lr)[J], float (&w)[J], float &M,
+                                                  float &L) {
+    M = -INFINITY, L = 0.f;
+#pragma unroll
+    for (int j = 0; j < J; j++) M = fdec_max_nan(M, mr[j]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) M = fdec_max_nan(M, __shfl_xor_sync(0xffffffffu, M, off));
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        w[j] = fdec_state_weight(mr[j], M);
+        if (w[j] != 0.f) L += w[j] * lr[j];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+}
+
 /* sum_c w_c o_c(r, d) over the states [cb, ce) of n, B states at a time: their loads are issued together (every
  * address is valid), so L2's latency is paid once per B; a state of weight 0 is dropped by a select, not
  * multiplied (its o may be NaN). B = 64 took 3.7 us off the Gemma 4 full layer's 128-chunk merge at 32k but made
@@ -187,11 +207,11 @@ __device__ __forceinline__ float fdec_merge_o(const Src &src, int r, int d, uint
  * w_c = exp(m_c - M), L = sum w_c l_c, out = sum w_c o_c / L, lse = M + log L (state.h's fdec_merge_weights rule,
  * NaN-sticky max included; states of weight 0 are skipped, not multiplied, so an empty state's o does not
  * matter; all empty: out 0, lse -inf). A non-finite value in a merged row makes the row NaN (flashdec.h). sw
- * holds nh * n floats of shared memory, sx 3 * nh, sp blockDim.x (used when the block has at least twice as many
- * threads as output elements: then each element's states are split into blockDim.x / (nh Dr) contiguous ranges,
- * summed by different threads and added in range order, so that more loads are in flight). Each output element
- * is written by a thread after every read of it (reads, barrier, write), so out may alias a state's o. Output
- * element (r, d) is out[out0 + r * Dr + d]; lse is NULL or the first head's lse. */
+ * holds nh * n floats of shared memory, sx 3 * nh. With SPLIT, sp holds blockDim.x floats (NULL without): when the
+ * block has at least twice as many threads as output elements, each element's states are split into blockDim.x /
+ * (nh Dr) contiguous ranges, summed by different threads and added in range order, so that more loads are in
+ * flight. Each output element is written by a thread after every read of it (reads, barrier, write), so out may
+ * alias a state's o. Output element (r, d) is out[out0 + r * Dr + d]; lse is NULL or the first head's lse. */
 template <bool SPLIT = false, class Src>
 __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, float *sw, float *sx, float *sp,
                                  void *out, size_t out0, int ot, float *lse) {
@@ -201,26 +221,17 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
     for (int r = warp; r < nh; r += nw) {
         /* m and l of every state in registers, loaded together: one round trip */
         constexpr int J = FDEC_MERGE_MAX_STATES / 32;
-        float mr[J], lr[J], M = -INFINITY, L = 0.f;
+        float mr[J], lr[J], w[J], M, L;
 #pragma unroll
         for (int j = 0; j < J; j++) {
             const uint32_t c = lane + 32 * j;
             mr[j] = c < n ? src.mv(r, c) : -INFINITY;
             lr[j] = c < n ? src.lv(r, c) : 0.f;
         }
+        fdec_warp_weights(mr, lr, w, M, L);
 #pragma unroll
-        for (int j = 0; j < J; j++) M = fdec_max_nan(M, mr[j]);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) M = fdec_max_nan(M, __shfl_xor_sync(0xffffffffu, M, off));
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            const uint32_t c = lane + 32 * j;
-            const float w = fdec_state_weight(mr[j], M);
-            if (c < n) sw[r * n + c] = w;
-            if (w != 0.f) L += w * lr[j];
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+        for (int j = 0; j < J; j++)
+            if ((uint32_t)lane + 32 * j < n) sw[r * n + lane + 32 * j] = w[j];
         if (lane == 0) sM[r] = M, sL[r] = L, sbad[r] = !isfinite(M) && M != -INFINITY;
     }
     __syncthreads();
@@ -351,18 +362,8 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(con
     }
 #pragma unroll
     for (int c = 0; c < 32 * J; c++) x[c] = act && (uint32_t)c < n ? __ldcg(p.part_o + (hn + c) * p.D + d) : 0.f;
-    float M = -INFINITY, L = 0.f, w[J];
-#pragma unroll
-    for (int j = 0; j < J; j++) M = fdec_max_nan(M, mr[j]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) M = fdec_max_nan(M, __shfl_xor_sync(0xffffffffu, M, off));
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-        w[j] = fdec_state_weight(mr[j], M);
-        if (w[j] != 0.f) L += w[j] * lr[j];
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+    float w[J], M, L;
+    fdec_warp_weights(mr, lr, w, M, L);
     float O = 0.f;
 #pragma unroll
     for (int c = 0; c < 32 * J; c++) {
@@ -405,11 +406,11 @@ struct fdec_pair_src {
 };
 template <int T, int T0>
 __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_merge_kernel(const fdec_merge_params p) {
-    __shared__ float sw[8 * FDEC_CUDA_MERGE_MAX], sx[3 * 8], sp[FDEC_CUDA_WARPS * 32];
+    __shared__ float sw[8 * FDEC_CUDA_MERGE_MAX], sx[3 * 8];
     const uint32_t h0 = blockIdx.x * 8;
     const int nh = min(8, (int)(p.H - h0));
     const fdec_pair_src<T, T0> src = {&p, h0};
-    fdec_merge_heads(src, nh, p.n, (int)p.D, sw, sx, sp, p.out, (size_t)h0 * p.D, p.ot, p.lse ? p.lse + h0 : NULL);
+    fdec_merge_heads(src, nh, p.n, (int)p.D, sw, sx, NULL, p.out, (size_t)h0 * p.D, p.ot, p.lse ? p.lse + h0 : NULL);
 }
 
 template <typename KT, int D, int RT>
@@ -453,7 +454,6 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
     const uint32_t step = NW * GROUPS * U;
 
-    auto row_of = [&](uint64_t t) { return fdec_cache_row(p, t); }; /* t < c1 */
     auto valid_at = [&](uint64_t base, int u) { return base + u * NW * GROUPS + grp < c1; };
 
     /* the online-softmax update for one step's rows, given as raw loads (rows past c1 are masked) */
@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (!valid_at(base, u)) continue;
-                const uint32_t row = row_of(base + u * NW * GROUPS + grp);
+                const uint32_t row = fdec_cache_row(p, base + u * NW * GROUPS + grp);
                 const KT *kp = kbase + (size_t)row * p.ps, *vp = vbase + (size_t)row * p.ps;
 #pragma unroll
                 for (int j = 0; j < NL; j++) {
@@ -563,7 +563,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const bool valid = valid_at(base, u);
-                const uint32_t row = valid ? row_of(base + u * NW * GROUPS + grp) : 0;
+                const uint32_t row = valid ? fdec_cache_row(p, base + u * NW * GROUPS + grp) : 0;
                 const KT *kp = kbase + (size_t)row * p.ps, *vp = vbase + (size_t)row * p.ps;
 #pragma unroll
                 for (int j = 0; j < NL; j++) {

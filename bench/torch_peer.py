@@ -145,8 +145,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libflashdec.so"))
     ap.add_argument("--ctx", default="1024,4096,32768,131072")
+    ap.add_argument("--preset", default="all", help="comma-separated preset names, or all")
     ap.add_argument("--json")
     a = ap.parse_args()
+    names = [p[0] for p in PRESETS]
+    want = names if a.preset == "all" else a.preset.split(",")
+    for w in want:
+        if w not in names:
+            sys.exit(f"unknown preset {w!r}: one of {', '.join(names)}")
     lib, Layer = load_lib(a.lib)
     opts = lib.fdec_default_options()
     opts.cuda_device = torch.cuda.current_device()
@@ -158,6 +164,8 @@ def main():
     print(f"{'shape':20s} {'ctx':>7s} {'fdec us':>9s} {'TB/s':>6s} {'dense us':>9s} {'TB/s':>6s} {'sdpa us':>9s} "
           f"{'TB/s':>6s} {'speedup':>7s} {'err fdec':>9s} {'err sdpa':>9s}")
     for name, D, H, G, window, scale in PRESETS:
+        if name not in want:
+            continue
         for L in [int(x) for x in a.ctx.split(",")]:
             if window and L != 32768:
                 continue

@@ -21,9 +21,20 @@ extern "C" {
  * occupancy calculator's three gave 131k contexts 20-30% slower, and for the tensor-core kernel one block of six
  * stages instead of two of three ran Llama 131k 28% slower (bench/NOTES.md). */
 #define BLOCKS_PER_SM 2
+/* Waves of blocks the split aims at, a measurement setting: more, shorter chunks that the SMs take up as they
+ * come free. 2 and 4 waves were 2-33% slower than one, also with the loop's compute compiled out (bench/NOTES.md,
+ * CUDA log row 24). */
+#ifndef SPLIT_WAVES
+#define SPLIT_WAVES 1
+#endif
 /* Shortest chunk: one step of a block (4 warps x up to 8 rows), below which blocks only add merge work.
  * FDEC_CUDA_MIN_CHUNK overrides it, for benchmarking the split (bench/NOTES.md). */
 #define MIN_CHUNK 64
+/* Shortest chunk at head_dim 512 while the merge stays at 64 chunks or fewer (0: MIN_CHUNK). Gemma 4 full 1k
+ * 12.3 -> 10.0 us, 2k 12.9 -> 12.1, 4k on unchanged (bench/NOTES.md, CUDA log row 25). */
+#ifndef D512_MIN_CHUNK
+#define D512_MIN_CHUNK 32
+#endif
 /* Most chunks per head: bounds the scratch and the merge's loop. */
 #define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 
@@ -93,6 +104,10 @@ static partial_fn pick_mma(uint32_t D) {
     }
 }
 
+static int mma_blocks(uint32_t D) {
+    return D == 64 ? fdec_mma_shape<64>::BLOCKS : fdec_mma_shape<256>::BLOCKS;
+}
+
 static size_t mma_smem(uint32_t D) {
     switch (D) {
     case 64: return fdec_mma_smem_bytes<64>();
@@ -142,8 +157,18 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     lp.pipe = lp.mma ? mma_smem(p->D) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
     /* split: BLOCKS_PER_SM blocks for every SM (one wave at the occupancy of the common shapes) */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
-    uint32_t lanes = (uint32_t)(c->sms * BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
+    const int bps = lp.mma ? mma_blocks(p->D) : BLOCKS_PER_SM;
+    uint32_t lanes = (uint32_t)(c->sms * bps * SPLIT_WAVES + per_chunk_blocks - 1) / per_chunk_blocks;
     lp.split = fdec_make_split(p, lanes, c->min_chunk, MAX_CHUNKS);
+#if D512_MIN_CHUNK
+    /* head_dim 512 (4 times the bytes a row of head_dim 128): shorter chunks while that keeps the merge at 64
+     * chunks or fewer (fdec_chunk_merge_small), so that short calls have more blocks (CUDA log row 23: Gemma 4
+     * full 1k 13.1 -> 10.5 us with 32 everywhere, but 4k 16.0 -> 18.3 with its 128 chunks) */
+    if (c->min_chunk == MIN_CHUNK && p->D >= 512) {
+        const fdec_split s2 = fdec_make_split(p, lanes, D512_MIN_CHUNK, MAX_CHUNKS);
+        if (s2.num_chunks <= 64 && s2.num_chunks > lp.split.num_chunks) lp.split = s2;
+    }
+#endif
     /* shared memory: the warps' states [2 + D] per head, in the ring's memory after the loop */
     lp.smem = (2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D) * sizeof(float);
     if (lp.smem < lp.pipe) lp.smem = lp.pipe;

@@ -32,6 +32,24 @@
 /* Steps in shared memory: two blocks of 3 x 32 KiB fill an SM's 228 KiB. One block of 6 stages (more bytes in
  * flight, half the warps) was 28% slower at Llama 131k (bench/NOTES.md, CUDA log row 9). */
 #define FDEC_MMA_STAGES 3
+/* The same at head_dim 64 (stage bytes, stages, blocks an SM; settable from the compiler's command line):
+ * six stages of 16 KiB (64 positions), the same shared memory in finer steps. A 64-row chunk is one step
+ * instead of half of one: LFM2 1k 5.6 -> 5.2 us, 32k 23.0 -> 22.8, 131k even. Three blocks an SM of four
+ * 16 KiB stages: 131k 6% slower (bench/NOTES.md, CUDA log row 24). */
+#ifndef FDEC_MMA_D64_STAGE_BYTES
+#define FDEC_MMA_D64_STAGE_BYTES 16384
+#endif
+#ifndef FDEC_MMA_D64_STAGES
+#define FDEC_MMA_D64_STAGES 6
+#endif
+#ifndef FDEC_MMA_D64_BLOCKS
+#define FDEC_MMA_D64_BLOCKS 2
+#endif
+/* A measurement build (results wrong on purpose): the loop only waits for and copies the rows, so that the
+ * ring's own streaming rate shows (bench/NOTES.md, CUDA log row 24). */
+#ifndef FDEC_MMA_MEASURE_COPY_ONLY
+#define FDEC_MMA_MEASURE_COPY_ONLY 0
+#endif
 /* Steps prefetched into L2 ahead of the ring at head_dim >= 256 (0: none). 2 measured best; 4 lost 25-35%. */
 #ifndef FDEC_MMA_PREFETCH
 #define FDEC_MMA_PREFETCH 2
@@ -56,7 +74,10 @@ struct fdec_mma_shape {
     static constexpr int DW = D < 128 ? D : 128;                    /* dimensions per warp */
     static constexpr int WD = D / DW;                               /* warps per position group: 1, 1, 2, 4 */
     static constexpr int WP = FDEC_CUDA_WARPS / WD;                 /* position groups */
-    static constexpr int NP = FDEC_MMA_STAGE_BYTES / (4 * D);       /* positions per stage: 128, 64, 32, 16 */
+    static constexpr int STAGE_BYTES = D == 64 ? FDEC_MMA_D64_STAGE_BYTES : FDEC_MMA_STAGE_BYTES;
+    static constexpr int STAGES = D == 64 ? FDEC_MMA_D64_STAGES : FDEC_MMA_STAGES;
+    static constexpr int BLOCKS = D == 64 ? FDEC_MMA_D64_BLOCKS : 2; /* blocks an SM (launch bounds, split) */
+    static constexpr int NP = STAGE_BYTES / (4 * D);                /* positions per stage: 128, 64, 32, 16 */
     static constexpr int PW = NP / WP;                              /* positions per warp per stage */
     static constexpr int NT = PW / 8;                               /* score tiles (8 positions) per warp */
     static constexpr int KS = DW / 16;                              /* k-steps of Q K^T per warp */
@@ -77,8 +98,8 @@ struct fdec_mma_shape {
 template <int D>
 constexpr size_t fdec_mma_smem_bytes() {
     /* the ring, and at D > 128 the partial scores the warps of a group exchange */
-    return (size_t)FDEC_MMA_STAGES *
-               (FDEC_MMA_TMA && D == 128 ? (size_t)fdec_mma_shape<D>::TSB : FDEC_MMA_STAGE_BYTES) +
+    return (size_t)fdec_mma_shape<D>::STAGES *
+               (FDEC_MMA_TMA && D == 128 ? (size_t)fdec_mma_shape<D>::TSB : (size_t)fdec_mma_shape<D>::STAGE_BYTES) +
            (fdec_mma_shape<D>::WD > 1 ? (size_t)FDEC_CUDA_WARPS * 32 * fdec_mma_shape<D>::NT * 2 * sizeof(float) : 0);
 }
 
@@ -160,9 +181,10 @@ __device__ __forceinline__ void fdec_split16(float x, float (&t)[3]) {
 }
 
 template <typename KT, int D>
-__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const fdec_cuda_params p) {
-    constexpr int NSTAGE = FDEC_MMA_STAGES;
+__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, fdec_mma_shape<D>::BLOCKS)
+    fdec_mma_kernel(const fdec_cuda_params p) {
     using S = fdec_mma_shape<D>;
+    constexpr int NSTAGE = S::STAGES;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
                   CH = S::CH;
     constexpr int NTERM = fdec_split_terms<KT>::N, RT = 8;
@@ -187,7 +209,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr bool TMA = FDEC_MMA_TMA_ARCH && D == 128;
-    constexpr int SB = TMA ? S::TSB : FDEC_MMA_STAGE_BYTES;
+    constexpr int SB = TMA ? S::TSB : S::STAGE_BYTES;
     /* stage s: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)); with
      * bulk copies, at byte r * RP + 16 c */
     auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * SB); };
@@ -373,6 +395,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, 2) fdec_mma_kernel(const
         if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
         fdec_cp_async_commit();
         if (PFS && it + NSTAGE - 1 + PFS < nsteps) prefetch(it + NSTAGE - 1 + PFS);
+        if (FDEC_MMA_MEASURE_COPY_ONLY) continue;
         const int s = it % NSTAGE;
         const uint4 *K = kst(s), *V = vst(s);
 

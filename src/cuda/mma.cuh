@@ -20,7 +20,8 @@
  * (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); FDEC_MMA_STAGES
  * stages are in flight. At head_dim 128 on sm_90 the rows come by bulk copies instead (FDEC_MMA_TMA), one per row,
  * completing on an mbarrier per warp and stage, into rows padded by 16 bytes. At D <= 128 each warp copies and
- * waits for its own rows, with no block barrier in the loop; at D >= 256 the block copies a step together and
+ * waits for its own rows, with no block barrier in the loop (at D = 64 a warp's rows are every fourth position of
+ * the step, FDEC_MMA_INTERLEAVE); at D >= 256 the block copies a step together and
  * the rows FDEC_MMA_PREFETCH steps ahead are also prefetched into L2. After the loop each position group is one
  * partial state, and the block's tail (kernels.cuh, fdec_block_tail) merges them and writes the chunk state;
  * the merge kernel (kernels.cuh) merges the chunks.
@@ -44,6 +45,13 @@
 #endif
 #ifndef FDEC_MMA_D64_BLOCKS
 #define FDEC_MMA_D64_BLOCKS 2
+#endif
+/* 1: at head_dim 64 (cp.async, each warp its own rows) the four warps' rows of a step interleave (warp w takes
+ * positions w, w + 4, ...), so that the block reads one contiguous range of a step together rather than each warp
+ * its own quarter at its own pace. Head-major LFM2 131k 82.0/83.5 -> 74.8/75.1 us, the dense layout even
+ * (bench/NOTES.md, CUDA log row 27). */
+#ifndef FDEC_MMA_INTERLEAVE
+#define FDEC_MMA_INTERLEAVE 1
 #endif
 /* A measurement build (results wrong on purpose): the loop only waits for and copies the rows, so that the
  * ring's own streaming rate shows (bench/NOTES.md, CUDA log row 24). */
@@ -255,7 +263,11 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, fdec_mma_shape<D>::BLOCK
     /* this thread's piece of each row it copies: fixed column, rows row0 + id / CH + i * ROWS_PER_PASS */
     const int cp_id = WD == 1 ? lane : (int)threadIdx.x;
     const int cp_c = cp_id % CH, cp_r = (WD == 1 ? pg * PW : 0) + cp_id / CH;
-    const size_t pass_stride = (size_t)S::ROWS_PER_PASS * p.ps; /* elements between this thread's rows */
+    /* FDEC_MMA_INTERLEAVE (cp.async with each warp its own rows): warp pg's slot i of a step holds the step's
+     * position i * WP + pg instead of pg * PW + i. Positions only matter for the mask below (src_row). */
+    constexpr bool IL = FDEC_MMA_INTERLEAVE && WD == 1 && !TMA;
+    auto src_row = [&](int r) { return IL ? (r % PW) * WP + r / PW : r; };
+    const size_t pass_stride = (size_t)S::ROWS_PER_PASS * (IL ? WP : 1) * p.ps; /* elements between this thread's rows */
     auto issue = [&](int step, int s) {
         const uint64_t base = (uint64_t)c0 + (uint64_t)step * NP;
         uint4 *ks_ = kst(s), *vs_ = vst(s);
@@ -289,7 +301,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, fdec_mma_shape<D>::BLOCK
         }
 #endif
         if (!p.ring && base + NP <= c1) { /* every row of the step there and contiguous: pointer steps */
-            const KT *kp = kbase + (size_t)(base + cp_r) * p.ps + cp_c * 8, *vp = vbase + (kp - kbase);
+            const KT *kp = kbase + (size_t)(base + src_row(cp_r)) * p.ps + cp_c * 8, *vp = vbase + (kp - kbase);
 #pragma unroll
             for (int i = 0; i < S::CR / S::ROWS_PER_PASS; i++) {
                 const int r = cp_r + i * S::ROWS_PER_PASS, at = r * CH + (cp_c ^ (r & 7));
@@ -301,7 +313,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, fdec_mma_shape<D>::BLOCK
 #pragma unroll
         for (int i = 0; i < S::CR / S::ROWS_PER_PASS; i++) {
             const int r = cp_r + i * S::ROWS_PER_PASS;
-            const uint64_t t = base + r;
+            const uint64_t t = base + src_row(r);
             const bool ok = t < c1;
             const uint32_t row = ok ? fdec_cache_row(p, t) : 0;
             const size_t off = (size_t)row * p.ps + cp_c * 8;
@@ -442,7 +454,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, fdec_mma_shape<D>::BLOCK
                 for (int nt = 0; nt < NT; nt++) sv[nt][0] += x[nt * 2], sv[nt][1] += x[nt * 2 + 1];
             }
         }
-        const uint64_t pbase = (uint64_t)c0 + (uint64_t)it * NP + prow + 2 * cq;
+        const uint64_t pbase = (uint64_t)c0 + (uint64_t)it * NP;
         float smax = m;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
@@ -450,7 +462,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, fdec_mma_shape<D>::BLOCK
             for (int e = 0; e < 2; e++) {
                 float x = sv[nt][e];
                 x = fmaf(0.f, x, x); /* +-inf -> NaN: the head comes out NaN */
-                x = pbase + nt * 8 + e < c1 ? x : -INFINITY;
+                x = pbase + src_row(prow + nt * 8 + 2 * cq + e) < c1 ? x : -INFINITY;
                 sv[nt][e] = x;
                 smax = fmaxf(smax, x);
             }

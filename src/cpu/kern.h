@@ -27,6 +27,15 @@
 #define FDEC_CPU_PF_BLOCKS 2
 #endif
 
+/* A chunk's first two blocks come before the loop's prefetch (which asks for block b + 2 during block b) can ask
+ * for them. 2: the first block's KV heads are asked for one ahead of the head that computes, and the second
+ * block's head g while the first block's head g computes; 1: the first block all at once, the second as in 2;
+ * 0: the first block all at once, the second never (the code before session 6). 2 is 3% faster at 1k with one
+ * thread and 1-3% with two (bench/NOTES.md, CPU row 25). */
+#ifndef FDEC_CPU_RAMP
+#define FDEC_CPU_RAMP 2
+#endif
+
 /* Asks for one row of `bytes` bytes to be brought into L2. A dense cache walked one KV head at a time strides
  * over the other heads' rows, which the hardware prefetchers do not follow; asking for the next block's rows
  * a few at a time while this block computes keeps the memory busy without stalling the core on a burst of
@@ -197,14 +206,16 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
     uint64_t row = a->ring ? (t) % a->ring : (t);                                                               \
     uint64_t nb = t1 - (t) < NB ? t1 - (t) : NB;                                                                \
     if (a->ring && a->ring - row < nb) nb = a->ring - row;
-    { /* the chunk's first block has no block before it to prefetch it: ask for all its rows at once */
+    /* all of KV head g's rows of the block at row `row`, nb of them, at once */
+#define PREFETCH_HEAD(row, nb, g)                                                                               \
+    for (uint64_t j_ = 0; j_ < (nb); j_++) {                                                                    \
+        const size_t off_ = ((row) + j_) * rstride + (size_t)(g) * hstride;                                     \
+        prefetch_row((const char *)a->k + off_, D * es);                                                        \
+        prefetch_row((const char *)a->v + off_, D * es);                                                        \
+    }
+    { /* the chunk's first block: all of it at once, or with FDEC_CPU_RAMP == 2 its first KV head */
         BLOCK_AT(t0, row, nb)
-        for (uint32_t g = 0; g < a->G; g++)
-            for (uint64_t j = 0; j < nb; j++) {
-                const size_t off = (row + j) * rstride + g * hstride;
-                prefetch_row((const char *)a->k + off, D * fdec_dtype_size(T));
-                prefetch_row((const char *)a->v + off, D * fdec_dtype_size(T));
-            }
+        for (uint32_t g = 0; g < (FDEC_CPU_RAMP == 2 ? 1 : a->G); g++) PREFETCH_HEAD(row, nb, g)
     }
     for (uint64_t t = t0; t < t1;) {
         BLOCK_AT(t, row, nb)
@@ -213,13 +224,20 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
         if (tp >= t1) nnb = 0;
         const char *kb = (const char *)a->k + row * rstride, *vb = (const char *)a->v + row * rstride;
         const char *kn = (const char *)a->k + nrow * rstride, *vn = (const char *)a->v + nrow * rstride;
+        /* in the chunk's first block: the second block's rows, head by head (FDEC_CPU_RAMP) */
+        const int first = t == t0;
+        BLOCK_AT(t + nb, rrow, rnb)
+        if (!(FDEC_CPU_RAMP && first && t + nb < t1)) rnb = 0;
         for (uint32_t g = 0; g < a->G; g++) {
             const size_t hq = (size_t)g * R;
+            if (FDEC_CPU_RAMP == 2 && first && g + 1 < a->G) PREFETCH_HEAD(row, nb, g + 1)
+            PREFETCH_HEAD(rrow, rnb, g)
             block(kb + g * hstride, vb + g * hstride, rstride, (uint32_t)nb, kn + g * hstride, vn + g * hstride,
                   (uint32_t)nnb, a->q + hq * Dp, R, Dp, m + hq, l + hq, o + hq * Dp, sT, D, T);
         }
         t += nb;
     }
+#undef PREFETCH_HEAD
 #undef BLOCK_AT
 }
 

@@ -53,6 +53,11 @@
 #ifndef FDEC_MMA_INTERLEAVE
 #define FDEC_MMA_INTERLEAVE 1
 #endif
+/* 1: the same at head_dim 128, where the bulk copies give each warp its own rows (compiled, not yet run on a GPU:
+ * CUDA log row 27's next step) */
+#ifndef FDEC_MMA_INTERLEAVE_TMA
+#define FDEC_MMA_INTERLEAVE_TMA 0
+#endif
 /* A measurement build (results wrong on purpose): the loop only waits for and copies the rows, so that the
  * ring's own streaming rate shows (bench/NOTES.md, CUDA log row 24). */
 #ifndef FDEC_MMA_MEASURE_COPY_ONLY
@@ -265,7 +270,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, fdec_mma_shape<D>::BLOCK
     const int cp_c = cp_id % CH, cp_r = (WD == 1 ? pg * PW : 0) + cp_id / CH;
     /* FDEC_MMA_INTERLEAVE (cp.async with each warp its own rows): warp pg's slot i of a step holds the step's
      * position i * WP + pg instead of pg * PW + i. Positions only matter for the mask below (src_row). */
-    constexpr bool IL = FDEC_MMA_INTERLEAVE && WD == 1 && !TMA;
+    constexpr bool IL = FDEC_MMA_INTERLEAVE && WD == 1 && (!TMA || FDEC_MMA_INTERLEAVE_TMA);
     auto src_row = [&](int r) { return IL ? (r % PW) * WP + r / PW : r; };
     const size_t pass_stride = (size_t)S::ROWS_PER_PASS * (IL ? WP : 1) * p.ps; /* elements between this thread's rows */
     auto issue = [&](int step, int s) {
@@ -274,7 +279,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, fdec_mma_shape<D>::BLOCK
 #if FDEC_MMA_TMA_ARCH
         if constexpr (TMA) { /* this warp's PW rows: lane i copies rows pg * PW + i, + 32, ... */
             const int r0 = pg * PW;
-            const uint64_t lim = c1 > base + r0 ? c1 - (base + r0) : 0;
+            /* slot r0 + i holds position base + src_row(r0 + i): the valid slots are a prefix of i */
+            const uint64_t first = base + src_row(r0), stride = IL ? WP : 1;
+            const uint64_t lim = c1 > first ? (c1 - first + stride - 1) / stride : 0;
             const int nvalid = lim < (uint64_t)PW ? (int)lim : PW;
             const unsigned bar = (unsigned)__cvta_generic_to_shared(&bars[warp][s]);
             if (lane == 0)
@@ -286,7 +293,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, fdec_mma_shape<D>::BLOCK
                 unsigned char *kd = reinterpret_cast<unsigned char *>(ks_) + r * S::RP,
                               *vd = reinterpret_cast<unsigned char *>(vs_) + r * S::RP;
                 if (i < nvalid) {
-                    const uint32_t row = fdec_cache_row(p, base + r);
+                    const uint32_t row = fdec_cache_row(p, base + src_row(r));
                     const KT *ks = kbase + (size_t)row * p.ps, *vs = vbase + (size_t)row * p.ps;
                     fdec_bulk_copy(kd, ks, D * (int)sizeof(KT), bar);
                     fdec_bulk_copy(vd, vs, D * (int)sizeof(KT), bar);

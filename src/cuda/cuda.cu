@@ -104,8 +104,14 @@ static partial_fn pick_mma(uint32_t D) {
     }
 }
 
+/* Blocks an SM the tensor-core kernel is built for (its launch bounds), which the split aims at. */
 static int mma_blocks(uint32_t D) {
-    return D == 64 ? fdec_mma_shape<64>::BLOCKS : fdec_mma_shape<256>::BLOCKS;
+    switch (D) {
+    case 64: return fdec_mma_shape<64>::BLOCKS;
+    case 128: return fdec_mma_shape<128>::BLOCKS;
+    case 256: return fdec_mma_shape<256>::BLOCKS;
+    default: return fdec_mma_shape<512>::BLOCKS;
+    }
 }
 
 static size_t mma_smem(uint32_t D) {

@@ -119,9 +119,25 @@ constexpr size_t fdec_pipe_bytes() {
     return S::ASYNC ? (size_t)S::STAGES * S::U * S::NL * 2 * 16 * FDEC_CUDA_WARPS * 32 : 0;
 }
 
+/* FDEC_CP_L2_PREFETCH = 64, 128 or 256: the 16-byte copies ask L2 to fetch that many bytes around each miss
+ * (cp.async's .L2::NB qualifier); 0, the default: no qualifier. Compiled, not yet measured (bench/NOTES.md, the
+ * leads after CUDA log row 27). */
+#ifndef FDEC_CP_L2_PREFETCH
+#define FDEC_CP_L2_PREFETCH 0
+#endif
+#if FDEC_CP_L2_PREFETCH == 64
+#define FDEC_CP_L2 ".L2::64B"
+#elif FDEC_CP_L2_PREFETCH == 128
+#define FDEC_CP_L2 ".L2::128B"
+#elif FDEC_CP_L2_PREFETCH == 256
+#define FDEC_CP_L2 ".L2::256B"
+#else
+#define FDEC_CP_L2 ""
+#endif
+
 __device__ __forceinline__ void fdec_cp_async16(void *smem, const void *gmem) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+    asm volatile("cp.async.cg.shared.global" FDEC_CP_L2 " [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
 __device__ __forceinline__ void fdec_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>

@@ -118,7 +118,7 @@ constexpr size_t fdec_mma_smem_bytes() {
 
 __device__ __forceinline__ void fdec_cp_async16_zfill(void *smem, const void *gmem, bool full) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(full ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global" FDEC_CP_L2 " [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(full ? 16 : 0));
 }
 
 __device__ __forceinline__ void fdec_ldsm_x4(unsigned (&r)[4], const void *smem) {

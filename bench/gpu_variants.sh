@@ -6,7 +6,7 @@
 # untracked file the device tool carries), so an older revision runs beside this one.
 # Each variant is built in build-<name> (sm_90), checked with a short CUDA sweep, then benchmarked; the benchmarks
 # run in ROUNDS rounds (default 2) alternating the variants, so that drift of the machine shows. Everything goes to
-# $OUT/variants.log.
+# $OUT/variants.log. PEER_PRESETS adds the PyTorch comparison of each variant (below).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results}
@@ -25,7 +25,7 @@ for v in "$@"; do
     rm -rf "$src" build-$name && mkdir -p "$src" && tar -xf "${n#*@}" -C "$src" && ln -s "$src/build-$name" build-$name
   fi
   ( make -C "$src" -j4 BUILD=build-$name CUDA=1 CUDA_GENCODE="-gencode arch=compute_90,code=sm_90 $flags" \
-      build-$name/flashdec build-$name/tests/run_tests > build-$name.log 2>&1 || echo "BUILD FAILED $name" ) &
+      build-$name/flashdec build-$name/tests/run_tests build-$name/libflashdec.so > build-$name.log 2>&1 || echo "BUILD FAILED $name" ) &
 done
 wait
 for v in "$@"; do
@@ -43,4 +43,17 @@ for round in $(seq 1 ${ROUNDS:-2}); do
       --no-check 2>&1 | tail -n +2 >> "$LOG"
   done
 done
+# PEER_PRESETS="lfm2,llama3-8b": also bench/torch_peer.py (the head-major layout against SDPA) on each variant's
+# library, ROUNDS rounds alternating the variants, at PEER_CTX (default 32768,131072)
+if [ -n "${PEER_PRESETS:-}" ]; then
+  for round in $(seq 1 ${ROUNDS:-2}); do
+    for v in "$@"; do
+      name=$(vname "$v") flags=${v#*:}
+      [ -f build-$name/libflashdec.so ] || continue
+      echo "== torch_peer $name round $round [$flags]" >> "$LOG"
+      env $(envs "$flags") timeout 120 python3 bench/torch_peer.py --lib build-$name/libflashdec.so --preset "$PEER_PRESETS" \
+        --ctx "${PEER_CTX:-32768,131072}" 2>&1 | tail -n +3 >> "$LOG"
+    done
+  done
+fi
 cat "$LOG"

@@ -28,12 +28,11 @@
 #endif
 
 /* A chunk's first two blocks come before the loop's prefetch (which asks for block b + 2 during block b) can ask
- * for them. 2: the first block's KV heads are asked for one ahead of the head that computes, and the second
- * block's head g while the first block's head g computes; 1: the first block all at once, the second as in 2;
- * 0: the first block all at once, the second never (the code before session 6). 2 is 3% faster at 1k with one
- * thread and 1-3% with two (bench/NOTES.md, CPU row 25). */
+ * for them. 1: the first block's KV head g + 1 and the second block's head g are asked for while the first block's
+ * head g computes; 0: the first block all at once, the second never (the code before session 6). 1 is 1-3% faster
+ * at 1k with one thread, ~1% with two (bench/NOTES.md, CPU row 25). */
 #ifndef FDEC_CPU_RAMP
-#define FDEC_CPU_RAMP 2
+#define FDEC_CPU_RAMP 1
 #endif
 
 /* Asks for one row of `bytes` bytes to be brought into L2. A dense cache walked one KV head at a time strides
@@ -42,6 +41,14 @@
  * misses (bench/NOTES.md). */
 ALWAYS_INLINE void prefetch_row(const char *p, size_t bytes) {
     for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
+}
+
+/* All of one KV head's rows of a block at once: nb rows of K and of V from byte offset off, rstride apart. */
+ALWAYS_INLINE void prefetch_head(const char *k, const char *v, size_t off, uint64_t nb, size_t rstride, size_t bytes) {
+    for (uint64_t j = 0; j < nb; j++, off += rstride) {
+        prefetch_row(k + off, bytes);
+        prefetch_row(v + off, bytes);
+    }
 }
 
 /* ---- 1. scores: sT[h][j] = dot(q[h], K[j]) for HT heads from h0, all j < nb ---- */
@@ -206,38 +213,38 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
     uint64_t row = a->ring ? (t) % a->ring : (t);                                                               \
     uint64_t nb = t1 - (t) < NB ? t1 - (t) : NB;                                                                \
     if (a->ring && a->ring - row < nb) nb = a->ring - row;
-    /* all of KV head g's rows of the block at row `row`, nb of them, at once */
-#define PREFETCH_HEAD(row, nb, g)                                                                               \
-    for (uint64_t j_ = 0; j_ < (nb); j_++) {                                                                    \
-        const size_t off_ = ((row) + j_) * rstride + (size_t)(g) * hstride;                                     \
-        prefetch_row((const char *)a->k + off_, D * es);                                                        \
-        prefetch_row((const char *)a->v + off_, D * es);                                                        \
-    }
-    { /* the chunk's first block: all of it at once, or with FDEC_CPU_RAMP == 2 its first KV head */
+    const char *kc = (const char *)a->k, *vc = (const char *)a->v;
+    const size_t hb = D * es; /* bytes of one KV head's part of a row */
+    { /* the chunk's first block: all of it at once, or with FDEC_CPU_RAMP its first KV head */
         BLOCK_AT(t0, row, nb)
-        for (uint32_t g = 0; g < (FDEC_CPU_RAMP == 2 ? 1 : a->G); g++) PREFETCH_HEAD(row, nb, g)
+        for (uint32_t g = 0; g < (FDEC_CPU_RAMP ? 1 : a->G); g++)
+            prefetch_head(kc, vc, row * rstride + g * hstride, nb, rstride, hb);
     }
     for (uint64_t t = t0; t < t1;) {
         BLOCK_AT(t, row, nb)
         const uint64_t tp = t + nb + (FDEC_CPU_PF_BLOCKS - 1) * NB; /* the block to prefetch */
         BLOCK_AT(tp, nrow, nnb)
         if (tp >= t1) nnb = 0;
-        const char *kb = (const char *)a->k + row * rstride, *vb = (const char *)a->v + row * rstride;
-        const char *kn = (const char *)a->k + nrow * rstride, *vn = (const char *)a->v + nrow * rstride;
-        /* in the chunk's first block: the second block's rows, head by head (FDEC_CPU_RAMP) */
-        const int first = t == t0;
-        BLOCK_AT(t + nb, rrow, rnb)
-        if (!(FDEC_CPU_RAMP && first && t + nb < t1)) rnb = 0;
+        const char *kb = kc + row * rstride, *vb = vc + row * rstride;
+        const char *kn = kc + nrow * rstride, *vn = vc + nrow * rstride;
+        const int ramp = FDEC_CPU_RAMP && t == t0; /* the chunk's first block asks for the rest of itself and the
+                                                    * second block head by head */
+        uint64_t rrow = 0, rnb = 0;
+        if (ramp && t + nb < t1) {
+            BLOCK_AT(t + nb, r2, n2)
+            rrow = r2, rnb = n2;
+        }
         for (uint32_t g = 0; g < a->G; g++) {
             const size_t hq = (size_t)g * R;
-            if (FDEC_CPU_RAMP == 2 && first && g + 1 < a->G) PREFETCH_HEAD(row, nb, g + 1)
-            PREFETCH_HEAD(rrow, rnb, g)
+            if (ramp) {
+                if (g + 1 < a->G) prefetch_head(kc, vc, row * rstride + (g + 1) * hstride, nb, rstride, hb);
+                prefetch_head(kc, vc, rrow * rstride + g * hstride, rnb, rstride, hb);
+            }
             block(kb + g * hstride, vb + g * hstride, rstride, (uint32_t)nb, kn + g * hstride, vn + g * hstride,
                   (uint32_t)nnb, a->q + hq * Dp, R, Dp, m + hq, l + hq, o + hq * Dp, sT, D, T);
         }
         t += nb;
     }
-#undef PREFETCH_HEAD
 #undef BLOCK_AT
 }
 

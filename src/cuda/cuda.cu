@@ -17,16 +17,8 @@ extern "C" {
 #include "kernels.cuh"
 #include "mma.cuh"
 
-/* Blocks per SM the split aims at. Two is measured best on the H200 at long contexts: for the SIMT kernel the
- * occupancy calculator's three gave 131k contexts 20-30% slower, and for the tensor-core kernel one block of six
- * stages instead of two of three ran Llama 131k 28% slower (bench/NOTES.md). */
-#define BLOCKS_PER_SM 2
-/* Waves of blocks the split aims at, a measurement setting: more, shorter chunks that the SMs take up as they
- * come free. 2 and 4 waves were 2-33% slower than one, also with the loop's compute compiled out (bench/NOTES.md,
- * CUDA log row 24). */
-#ifndef SPLIT_WAVES
-#define SPLIT_WAVES 1
-#endif
+/* Blocks per SM the split aims at: FDEC_CUDA_BLOCKS_PER_SM (kernels.cuh), also the tensor-core kernel's launch
+ * bounds. */
 /* Shortest chunk: one step of a block (4 warps x up to 8 rows), below which blocks only add merge work.
  * FDEC_CUDA_MIN_CHUNK overrides it, for benchmarking the split (bench/NOTES.md). */
 #define MIN_CHUNK 64
@@ -104,16 +96,6 @@ static partial_fn pick_mma(uint32_t D) {
     }
 }
 
-/* Blocks an SM the tensor-core kernel is built for (its launch bounds), which the split aims at. */
-static int mma_blocks(uint32_t D) {
-    switch (D) {
-    case 64: return fdec_mma_shape<64>::BLOCKS;
-    case 128: return fdec_mma_shape<128>::BLOCKS;
-    case 256: return fdec_mma_shape<256>::BLOCKS;
-    default: return fdec_mma_shape<512>::BLOCKS;
-    }
-}
-
 static size_t mma_smem(uint32_t D) {
     switch (D) {
     case 64: return fdec_mma_smem_bytes<64>();
@@ -161,10 +143,10 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
         }
     /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them */
     lp.pipe = lp.mma ? mma_smem(p->D) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
-    /* split: BLOCKS_PER_SM blocks for every SM (one wave at the occupancy of the common shapes) */
+    /* split: FDEC_CUDA_BLOCKS_PER_SM blocks for every SM, one wave (2 and 4 waves of shorter chunks were 2-34%
+     * slower, also with the decode loop's compute compiled out: CUDA log row 24) */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
-    const int bps = lp.mma ? mma_blocks(p->D) : BLOCKS_PER_SM;
-    uint32_t lanes = (uint32_t)(c->sms * bps * SPLIT_WAVES + per_chunk_blocks - 1) / per_chunk_blocks;
+    uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
     lp.split = fdec_make_split(p, lanes, c->min_chunk, MAX_CHUNKS);
 #if D512_MIN_CHUNK
     /* head_dim 512 (4 times the bytes a row of head_dim 128): shorter chunks while that keeps the merge at 64
@@ -172,7 +154,7 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
      * full 1k 13.1 -> 10.5 us with 32 everywhere, but 4k 16.0 -> 18.3 with its 128 chunks) */
     if (c->min_chunk == MIN_CHUNK && p->D >= 512) {
         const fdec_split s2 = fdec_make_split(p, lanes, D512_MIN_CHUNK, MAX_CHUNKS);
-        if (s2.num_chunks <= 64 && s2.num_chunks > lp.split.num_chunks) lp.split = s2;
+        if (s2.num_chunks <= FDEC_MERGE_SMALL_MAX && s2.num_chunks > lp.split.num_chunks) lp.split = s2;
     }
 #endif
     /* shared memory: the warps' states [2 + D] per head, in the ring's memory after the loop */
@@ -229,14 +211,10 @@ static fdec_status configure(cuda_impl *c, const void *fn, size_t smem) {
     if (i == c->nconf) { /* first time: the carveout (a hint; its failure is harmless) */
         cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
         if (!c->nconf) {
-            cudaFuncSetAttribute((const void *)fdec_chunk_merge_kernel<false>,
-                                 cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-            cudaFuncSetAttribute((const void *)fdec_chunk_merge_kernel<true>,
-                                 cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-            cudaFuncSetAttribute((const void *)fdec_chunk_merge_small<1>,
-                                 cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-            cudaFuncSetAttribute((const void *)fdec_chunk_merge_small<2>,
-                                 cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+            const void *merges[] = {(const void *)fdec_chunk_merge_kernel<false>,
+                                    (const void *)fdec_chunk_merge_kernel<true>,
+                                    (const void *)fdec_chunk_merge_small<1>, (const void *)fdec_chunk_merge_small<2>};
+            for (const void *m : merges) cudaFuncSetAttribute(m, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
         }
         if (c->nconf == FDEC_CUDA_CONF_MAX) return FDEC_OK; /* the table is full: set again next time */
         c->conf_fn[i] = fn;
@@ -286,7 +264,7 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     /* the merge: a block per (head, slice of the dimensions). Up to 64 chunks, fdec_chunk_merge_small (slices of
      * 128, one L2 round trip: CUDA log row 21); more, slices of 32 with each slice's chunks split among the block's
      * threads (CUDA log row 17) */
-    const int small = FDEC_MERGE_SMALL && nc <= 64;
+    const int small = FDEC_MERGE_SMALL && nc <= FDEC_MERGE_SMALL_MAX;
     const uint32_t slice = small || nc <= FDEC_MERGE_SPLIT_CHUNKS ? 128 : 32;
     cfg.gridDim = dim3(p->H, (p->D + slice - 1) / slice, 1);
     cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);

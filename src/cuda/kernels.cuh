@@ -28,6 +28,11 @@
 
 #define FDEC_CUDA_WARPS 4     /* warps per block */
 #define FDEC_CUDA_MAX_CHUNKS 256
+/* Blocks per SM: the split's aim (cuda.cu) and the tensor-core kernel's launch bounds (mma.cuh). Two is measured
+ * best on the H200 at long contexts: for the SIMT kernel the occupancy calculator's three gave 131k contexts 20-30%
+ * slower; for the tensor-core kernel one block of six stages instead of two of three ran Llama 131k 28% slower,
+ * three blocks of four 16 KiB stages at head_dim 64 6% slower (bench/NOTES.md, CUDA log rows 4, 9 and 24). */
+#define FDEC_CUDA_BLOCKS_PER_SM 2
 
 struct fdec_cuda_params {
     const void *q, *k, *v;
@@ -360,6 +365,7 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(co
 #ifndef FDEC_MERGE_SMALL
 #define FDEC_MERGE_SMALL 1
 #endif
+#define FDEC_MERGE_SMALL_MAX 64 /* chunks it merges at most: fdec_chunk_merge_small<2> */
 template <int J>
 __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(const fdec_cuda_params p) {
     fdec_merge_trigger();

@@ -33,18 +33,15 @@
 /* Steps in shared memory: two blocks of 3 x 32 KiB fill an SM's 228 KiB. One block of 6 stages (more bytes in
  * flight, half the warps) was 28% slower at Llama 131k (bench/NOTES.md, CUDA log row 9). */
 #define FDEC_MMA_STAGES 3
-/* The same at head_dim 64 (stage bytes, stages, blocks an SM; settable from the compiler's command line):
- * six stages of 16 KiB (64 positions), the same shared memory in finer steps. A 64-row chunk is one step
- * instead of half of one: LFM2 1k 5.6 -> 5.2 us, 32k 23.0 -> 22.8, 131k even. Three blocks an SM of four
- * 16 KiB stages: 131k 6% slower (bench/NOTES.md, CUDA log row 24). */
+/* The same at head_dim 64 (stage bytes and stages; settable from the compiler's command line): six stages of
+ * 16 KiB (64 positions), the same shared memory in finer steps. A 64-row chunk is one step instead of half of
+ * one: LFM2 1k 5.6 -> 5.2 us, 32k 23.0 -> 22.8, 131k even. Three blocks an SM of four 16 KiB stages: 131k 6%
+ * slower (bench/NOTES.md, CUDA log row 24). */
 #ifndef FDEC_MMA_D64_STAGE_BYTES
 #define FDEC_MMA_D64_STAGE_BYTES 16384
 #endif
 #ifndef FDEC_MMA_D64_STAGES
 #define FDEC_MMA_D64_STAGES 6
-#endif
-#ifndef FDEC_MMA_D64_BLOCKS
-#define FDEC_MMA_D64_BLOCKS 2
 #endif
 /* 1: at head_dim 64 (cp.async, each warp its own rows) the four warps' rows of a step interleave (warp w takes
  * positions w, w + 4, ...), so that the block reads one contiguous range of a step together rather than each warp
@@ -89,7 +86,6 @@ struct fdec_mma_shape {
     static constexpr int WP = FDEC_CUDA_WARPS / WD;                 /* position groups */
     static constexpr int STAGE_BYTES = D == 64 ? FDEC_MMA_D64_STAGE_BYTES : FDEC_MMA_STAGE_BYTES;
     static constexpr int STAGES = D == 64 ? FDEC_MMA_D64_STAGES : FDEC_MMA_STAGES;
-    static constexpr int BLOCKS = D == 64 ? FDEC_MMA_D64_BLOCKS : 2; /* blocks an SM (launch bounds, split) */
     static constexpr int NP = STAGE_BYTES / (4 * D);                /* positions per stage: 128, 64, 32, 16 */
     static constexpr int PW = NP / WP;                              /* positions per warp per stage */
     static constexpr int NT = PW / 8;                               /* score tiles (8 positions) per warp */
@@ -194,8 +190,7 @@ __device__ __forceinline__ void fdec_split16(float x, float (&t)[3]) {
 }
 
 template <typename KT, int D>
-__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, fdec_mma_shape<D>::BLOCKS)
-    fdec_mma_kernel(const fdec_cuda_params p) {
+__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM) fdec_mma_kernel(const fdec_cuda_params p) {
     using S = fdec_mma_shape<D>;
     constexpr int NSTAGE = S::STAGES;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,

@@ -37,6 +37,16 @@ extern "C" {
 #ifndef FDEC_CUDA_PDL_DECODE
 #define FDEC_CUDA_PDL_DECODE 0
 #endif
+/* A measurement build (results wrong on purpose): no merge launch, so that the decode kernel's own time shows
+ * (bench/NOTES.md, CUDA log row 28). */
+#ifndef FDEC_CUDA_MEASURE_NO_MERGE
+#define FDEC_CUDA_MEASURE_NO_MERGE 0
+#endif
+/* 1: calls of at most FDEC_FUSED_NC chunks merge them in the decode kernel's last block (kernels.cuh,
+ * fdec_fused_merge) instead of a merge kernel (CUDA log row 28) */
+#ifndef FDEC_CUDA_FUSED_MERGE
+#define FDEC_CUDA_FUSED_MERGE 0
+#endif
 #define FDEC_CUDA_CONF_MAX 32 /* kernels a context remembers as configured (a model uses a few) */
 
 typedef struct {
@@ -47,8 +57,9 @@ typedef struct {
     const void *conf_fn[FDEC_CUDA_CONF_MAX]; /* kernels whose attributes configure() has set */
     size_t conf_smem[FDEC_CUDA_CONF_MAX];    /* and the dynamic shared memory each may use */
     int nconf;
-    float *scratch; /* partial states [part_o][part_m][part_l], or fdec_merge's accumulator */
-    size_t fcap;    /* floats the scratch holds */
+    float *scratch; /* FDEC_FUSED_COUNTERS counters (kept at 0 between calls), then the partial states
+                     * [part_o][part_m][part_l] or fdec_merge's accumulator */
+    size_t fcap;    /* floats the scratch holds after the counters */
 } cuda_impl;
 
 static fdec_status cuda_err(cudaError_t e, const char *what) {
@@ -107,7 +118,7 @@ static size_t mma_smem(uint32_t D) {
 
 typedef struct {
     partial_fn fn;
-    int rt, tiles, fast, mma;
+    int rt, tiles, fast, mma, fused;
     size_t smem, pipe;
     fdec_split split;
 } launch_plan;
@@ -157,6 +168,11 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
         if (s2.num_chunks <= FDEC_MERGE_SMALL_MAX && s2.num_chunks > lp.split.num_chunks) lp.split = s2;
     }
 #endif
+    /* the merge in the decode kernel's last block: few chunks, and the tile's heads x chunks within a block's threads
+     * (its weights take a thread each) */
+    const uint32_t nh = p->R < (uint32_t)lp.rt ? p->R : (uint32_t)lp.rt;
+    lp.fused = FDEC_CUDA_FUSED_MERGE && lp.split.num_chunks <= FDEC_FUSED_NC &&
+               nh * lp.split.num_chunks <= FDEC_CUDA_WARPS * 32 && p->G * (uint32_t)lp.tiles <= FDEC_FUSED_COUNTERS;
     /* shared memory: the warps' states [2 + D] per head, in the ring's memory after the loop */
     lp.smem = (2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D) * sizeof(float);
     if (lp.smem < lp.pipe) lp.smem = lp.pipe;
@@ -176,13 +192,19 @@ static fdec_status ensure_scratch(cuda_impl *c, size_t floats) {
                                            "the stream is being captured: call fdec_context_reserve before capture",
                               bytes);
     float *s = NULL;
-    cudaError_t e = cudaMalloc((void **)&s, bytes);
+    cudaError_t e = cudaMalloc((void **)&s, bytes + FDEC_FUSED_COUNTERS * sizeof(float));
     if (e != cudaSuccess) {
         cudaGetLastError();
         return fdec_set_error(FDEC_ENOMEM, "cudaMalloc of %zu bytes of scratch failed: %s", bytes,
                               cudaGetErrorString(e));
     }
     if (c->scratch) cudaFree(c->scratch); /* synchronises with work still using it */
+    /* the fused merge's counters start at 0 (its last blocks set them back to 0) */
+    if ((e = cudaMemsetAsync(s, 0, FDEC_FUSED_COUNTERS * sizeof(unsigned), c->stream)) != cudaSuccess) {
+        cudaFree(s);
+        c->scratch = NULL, c->fcap = 0;
+        return cuda_err(e, "cudaMemsetAsync");
+    }
     c->scratch = s;
     c->fcap = floats;
     return FDEC_OK;
@@ -236,7 +258,9 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     fdec_cuda_params prm;
     memset(&prm, 0, sizeof prm);
     prm.q = q, prm.k = k, prm.v = v, prm.out = out, prm.lse = lse;
-    prm.part_o = c->scratch; /* 16-byte aligned: cudaMalloc */
+    prm.counters = (unsigned *)c->scratch;
+    prm.fused = lp.fused;
+    prm.part_o = c->scratch + FDEC_FUSED_COUNTERS; /* 16-byte aligned: cudaMalloc */
     prm.part_m = prm.part_o + (size_t)p->H * nc * p->D;
     prm.part_l = prm.part_m + (size_t)p->H * nc;
     prm.D = p->D, prm.H = p->H, prm.G = p->G, prm.R = p->R;
@@ -264,6 +288,7 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     /* the merge: a block per (head, slice of the dimensions). Up to 64 chunks, fdec_chunk_merge_small (slices of
      * 128, one L2 round trip: CUDA log row 21); more, slices of 32 with each slice's chunks split among the block's
      * threads (CUDA log row 17) */
+    if (FDEC_CUDA_MEASURE_NO_MERGE || lp.fused) return FDEC_OK;
     const int small = FDEC_MERGE_SMALL && nc <= FDEC_MERGE_SMALL_MAX;
     const uint32_t slice = small || nc <= FDEC_MERGE_SPLIT_CHUNKS ? 128 : 32;
     cfg.gridDim = dim3(p->H, (p->D + slice - 1) / slice, 1);
@@ -287,7 +312,7 @@ static void cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     info->num_chunks = lp.split.num_chunks;
     info->chunk_len = lp.split.chunk_len;
     info->grouped = 1;
-    info->scratch_bytes = state_floats(p, lp.split.num_chunks) * sizeof(float);
+    info->scratch_bytes = (state_floats(p, lp.split.num_chunks) + FDEC_FUSED_COUNTERS) * sizeof(float);
     info->path = lp.mma ? "cuda-mma" : lp.fast ? "cuda-vec16" : "cuda-generic";
 }
 
@@ -344,7 +369,7 @@ static fdec_status cuda_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fd
     float *acc = NULL;
     if (n > FDEC_CUDA_MERGE_MAX) {
         if ((st = ensure_scratch(c, (size_t)H * (D + 1)))) return st;
-        acc = c->scratch;
+        acc = c->scratch + FDEC_FUSED_COUNTERS;
     }
     fdec_merge_params mp;
     memset(&mp, 0, sizeof mp);

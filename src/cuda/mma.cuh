@@ -18,11 +18,12 @@
  * and PW positions of each staged step: at D = 256 two warps, at D = 512 four warps share a position group and
  * add their partial scores through shared memory. A stage holds NP = 32 KiB / (4 D) positions of K and V
  * (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); FDEC_MMA_STAGES
- * stages are in flight. At head_dim 128 on sm_90 the rows come by bulk copies instead (FDEC_MMA_TMA), one per row,
- * completing on an mbarrier per warp and stage, into rows padded by 16 bytes. At D <= 128 each warp copies and
- * waits for its own rows, with no block barrier in the loop (at D = 64 a warp's rows are every fourth position of
- * the step, FDEC_MMA_INTERLEAVE); at D >= 256 the block copies a step together and
- * the rows FDEC_MMA_PREFETCH steps ahead are also prefetched into L2. After the loop each position group is one
+ * stages are in flight. At head_dim 128, 256 and 512 on sm_90 the rows come by bulk copies instead (FDEC_MMA_TMA,
+ * FDEC_MMA_TMA_WIDE), one per row, completing on an mbarrier per warp and stage, into rows padded by 16 bytes.
+ * At D <= 128 each warp copies and waits for its own rows, with no block barrier in the loop (at D = 64 a warp's
+ * rows are every fourth position of the step, FDEC_MMA_INTERLEAVE); at D >= 256 the block's warps copy a quarter
+ * of the step each, every warp waits for the whole step, and the rows FDEC_MMA_PREFETCH steps ahead are also
+ * prefetched into L2. After the loop each position group is one
  * partial state, and the block's tail (kernels.cuh, fdec_block_tail) merges them and writes the chunk state;
  * the merge kernel (kernels.cuh) merges the chunks.
  */
@@ -73,6 +74,13 @@
 #ifndef FDEC_MMA_TMA
 #define FDEC_MMA_TMA 1
 #endif
+/* 1: bulk copies at head_dim 256 and 512 too (rows of 512 and 1024 bytes), the block's step split among its four
+ * warps, each warp's rows on its own mbarrier, every warp waiting for all four. Gemma 4 full 131k 178 -> 166 us,
+ * 32k 55.8 -> 53.5, Gemma sliding-full 131k 326 -> 307, 32k 88.6 -> 84.3; 4k at head_dim 512 0.4 us slower
+ * (bench/NOTES.md, CUDA log row 29). 0: cp.async at head_dim 256 and 512. */
+#ifndef FDEC_MMA_TMA_WIDE
+#define FDEC_MMA_TMA_WIDE 1
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && FDEC_MMA_TMA
 #define FDEC_MMA_TMA_ARCH 1
 #else
@@ -102,13 +110,15 @@ struct fdec_mma_shape {
     /* the bulk-copy layout: rows padded to RP bytes (16 more than a row, so ldmatrix meets no bank conflicts) */
     static constexpr int RP = D * 2 + 16;
     static constexpr int TSB = 2 * NP * RP; /* bytes of a stage of K and V rows */
+    /* whether D takes bulk copies where the architecture has them (the host sizes shared memory by it) */
+    static constexpr bool BULK = FDEC_MMA_TMA && (D == 128 || (FDEC_MMA_TMA_WIDE && D >= 256));
 };
 
 template <int D>
 constexpr size_t fdec_mma_smem_bytes() {
     /* the ring, and at D > 128 the partial scores the warps of a group exchange */
     return (size_t)fdec_mma_shape<D>::STAGES *
-               (FDEC_MMA_TMA && D == 128 ? (size_t)fdec_mma_shape<D>::TSB : (size_t)fdec_mma_shape<D>::STAGE_BYTES) +
+               (fdec_mma_shape<D>::BULK ? (size_t)fdec_mma_shape<D>::TSB : (size_t)fdec_mma_shape<D>::STAGE_BYTES) +
            (fdec_mma_shape<D>::WD > 1 ? (size_t)FDEC_CUDA_WARPS * 32 * fdec_mma_shape<D>::NT * 2 * sizeof(float) : 0);
 }
 
@@ -216,7 +226,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     const int nsteps = (int)((c1 - c0 + NP - 1) / NP);
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    constexpr bool TMA = FDEC_MMA_TMA_ARCH && D == 128;
+    constexpr bool TMA = FDEC_MMA_TMA_ARCH && S::BULK;
     constexpr int SB = TMA ? S::TSB : S::STAGE_BYTES;
     /* stage s: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)); with
      * bulk copies, at byte r * RP + 16 c */
@@ -272,18 +282,19 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         const uint64_t base = (uint64_t)c0 + (uint64_t)step * NP;
         uint4 *ks_ = kst(s), *vs_ = vst(s);
 #if FDEC_MMA_TMA_ARCH
-        if constexpr (TMA) { /* this warp's PW rows: lane i copies rows pg * PW + i, + 32, ... */
-            const int r0 = pg * PW;
+        if constexpr (TMA) { /* this warp's WR rows: lane i copies rows r0 + i, + 32, ... */
+            constexpr int WR = WD == 1 ? PW : NP / FDEC_CUDA_WARPS; /* at D >= 256 a quarter of the block's step */
+            const int r0 = WD == 1 ? pg * PW : warp * WR;
             /* slot r0 + i holds position base + src_row(r0 + i): the valid slots are a prefix of i */
             const uint64_t first = base + src_row(r0), stride = IL ? WP : 1;
             const uint64_t lim = c1 > first ? (c1 - first + stride - 1) / stride : 0;
-            const int nvalid = lim < (uint64_t)PW ? (int)lim : PW;
+            const int nvalid = lim < (uint64_t)WR ? (int)lim : WR;
             const unsigned bar = (unsigned)__cvta_generic_to_shared(&bars[warp][s]);
             if (lane == 0)
                 asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;\n" ::"r"(bar),
                              "r"(nvalid * 2 * D * (int)sizeof(KT)) : "memory");
             __syncwarp();
-            for (int i = lane; i < PW; i += 32) {
+            for (int i = lane; i < WR; i += 32) {
                 const int r = r0 + i;
                 unsigned char *kd = reinterpret_cast<unsigned char *>(ks_) + r * S::RP,
                               *vd = reinterpret_cast<unsigned char *>(vs_) + r * S::RP;
@@ -390,16 +401,20 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     const int prow = pg * PW; /* this warp's first position in a stage */
     for (int it = 0; it < nsteps; it++) {
 #if FDEC_MMA_TMA_ARCH
-        if constexpr (TMA) { /* wait for this warp's rows of step it (the mbarrier's phase it / NSTAGE) */
-            const unsigned bar = (unsigned)__cvta_generic_to_shared(&bars[warp][it % NSTAGE]);
+        if constexpr (TMA) { /* wait for step it's rows (the mbarriers' phase it / NSTAGE): at D <= 128 this warp's
+                                * own, else every warp's */
             const unsigned par = (unsigned)(it / NSTAGE) & 1u;
-            unsigned done = 0;
-            while (!done)
-                asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared.b64 q, [%1], %2;\n"
-                             " selp.u32 %0, 1, 0, q;\n}\n"
-                             : "=r"(done)
-                             : "r"(bar), "r"(par)
-                             : "memory");
+#pragma unroll
+            for (int w = 0; w < (WD == 1 ? 1 : FDEC_CUDA_WARPS); w++) {
+                const unsigned bar = (unsigned)__cvta_generic_to_shared(&bars[WD == 1 ? warp : w][it % NSTAGE]);
+                unsigned done = 0;
+                while (!done)
+                    asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared.b64 q, [%1], %2;\n"
+                                 " selp.u32 %0, 1, 0, q;\n}\n"
+                                 : "=r"(done)
+                                 : "r"(bar), "r"(par)
+                                 : "memory");
+            }
         } else
 #endif
         fdec_cp_async_wait<NSTAGE - 2>();

@@ -22,8 +22,8 @@
  * FDEC_MMA_TMA_WIDE), one per row, completing on an mbarrier per warp and stage, into rows padded by 16 bytes.
  * At D <= 128 each warp copies and waits for its own rows, with no block barrier in the loop (at D = 64 a warp's
  * rows are every fourth position of the step, FDEC_MMA_INTERLEAVE); at D >= 256 the block's warps copy a quarter
- * of the step each, every warp waits for the whole step, and the rows FDEC_MMA_PREFETCH steps ahead are also
- * prefetched into L2. After the loop each position group is one
+ * of the step each and every warp waits for the whole step (with cp.async there, FDEC_MMA_TMA_WIDE = 0, the rows
+ * FDEC_MMA_PREFETCH steps ahead can also be prefetched into L2). After the loop each position group is one
  * partial state, and the block's tail (kernels.cuh, fdec_block_tail) merges them and writes the chunk state;
  * the merge kernel (kernels.cuh) merges the chunks.
  */
@@ -51,19 +51,16 @@
 #ifndef FDEC_MMA_INTERLEAVE
 #define FDEC_MMA_INTERLEAVE 1
 #endif
-/* 1: the same at head_dim 128, where the bulk copies give each warp its own rows (compiled, not yet run on a GPU:
- * CUDA log row 27's next step) */
-#ifndef FDEC_MMA_INTERLEAVE_TMA
-#define FDEC_MMA_INTERLEAVE_TMA 0
-#endif
 /* A measurement build (results wrong on purpose): the loop only waits for and copies the rows, so that the
  * ring's own streaming rate shows (bench/NOTES.md, CUDA log row 24). */
 #ifndef FDEC_MMA_MEASURE_COPY_ONLY
 #define FDEC_MMA_MEASURE_COPY_ONLY 0
 #endif
-/* Steps prefetched into L2 ahead of the ring at head_dim >= 256 (0: none). 2 measured best; 4 lost 25-35%. */
+/* Steps prefetched into L2 ahead of the ring at head_dim >= 256 (0: none). With cp.async there, 2 measured best
+ * (4 lost 25-35%, CUDA log row 11); with the bulk copies of FDEC_MMA_TMA_WIDE none is best: Gemma 4 full 131k
+ * 164.7 -> 141.3 us, 32k 53.1 -> 47.4, Gemma sliding-full 131k 304 -> 255.4 (bench/NOTES.md, CUDA log row 30). */
 #ifndef FDEC_MMA_PREFETCH
-#define FDEC_MMA_PREFETCH 2
+#define FDEC_MMA_PREFETCH 0
 #endif
 
 /* Bulk copies at head_dim 128 on sm_90: each warp's rows are copied by the bulk copy engine (cp.async.bulk, one
@@ -275,7 +272,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     const int cp_c = cp_id % CH, cp_r = (WD == 1 ? pg * PW : 0) + cp_id / CH;
     /* FDEC_MMA_INTERLEAVE (cp.async with each warp its own rows): warp pg's slot i of a step holds the step's
      * position i * WP + pg instead of pg * PW + i. Positions only matter for the mask below (src_row). */
-    constexpr bool IL = FDEC_MMA_INTERLEAVE && WD == 1 && (!TMA || FDEC_MMA_INTERLEAVE_TMA);
+    constexpr bool IL = FDEC_MMA_INTERLEAVE && WD == 1 && !TMA; /* with bulk copies at 128: even (CUDA log row 28) */
     auto src_row = [&](int r) { return IL ? (r % PW) * WP + r / PW : r; };
     const size_t pass_stride = (size_t)S::ROWS_PER_PASS * (IL ? WP : 1) * p.ps; /* elements between this thread's rows */
     auto issue = [&](int step, int s) {
@@ -378,8 +375,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
 
     /* L2 prefetch of the rows FDEC_MMA_PREFETCH steps beyond the last one in shared memory: more bytes on their
      * way from HBM than the ring holds (shared memory caps the ring at 3 steps), one bulk prefetch per row of K
-     * or V; sm_90 only. At head_dim 256 and 512 only: there it gained 8% and 6% at 131k; at 64 (128-byte rows,
-     * twice the prefetches) it lost 24%, at 128 it was even (bench/NOTES.md). */
+     * or V; sm_90 only. At head_dim 256 and 512 only: with cp.async there it gained 8% and 6% at 131k; at 64
+     * (128-byte rows, twice the prefetches) it lost 24%, at 128 it was even; with bulk copies at 256 and 512 it
+     * costs 14-16% at 131k, so it is off (bench/NOTES.md, CUDA log rows 11 and 30). */
     constexpr int PFS = D >= 256 ? FDEC_MMA_PREFETCH : 0;
     auto prefetch = [&](int step) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -45,8 +45,9 @@ extern "C" {
 /* 1: calls of at most FDEC_FUSED_NC chunks merge them in the decode kernel's last block (kernels.cuh,
  * fdec_fused_merge) instead of a merge kernel. Off: correct (639 checks, memcheck and racecheck clean, 60 Python
  * tests) but 4-5 us slower on every such call (Llama 1k 7.1 -> 11.1 us, the window 7.4 -> 12.0), with a fence in
- * every thread and with one fence a block alike, for a reason not yet found; a build without any merge took
- * 1.7-2.5 us off the same calls (bench/NOTES.md, CUDA log row 28). */
+ * every thread and with one fence a block alike; its SASS is ~3,300 instructions, mostly the address arithmetic of
+ * 64 predicated loads a thread, run cold by one block a group. A build without any merge took 1.7-2.5 us off the
+ * same calls (bench/NOTES.md, CUDA log row 28). */
 #ifndef FDEC_CUDA_FUSED_MERGE
 #define FDEC_CUDA_FUSED_MERGE 0
 #endif

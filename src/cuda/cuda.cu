@@ -239,7 +239,11 @@ static fdec_status configure(cuda_impl *c, const void *fn, size_t smem) {
         if (!c->nconf) {
             const void *merges[] = {(const void *)fdec_chunk_merge_kernel<false>,
                                     (const void *)fdec_chunk_merge_kernel<true>,
-                                    (const void *)fdec_chunk_merge_small<1>, (const void *)fdec_chunk_merge_small<2>};
+                                    (const void *)fdec_chunk_merge_small<1>, (const void *)fdec_chunk_merge_small<2>,
+#if FDEC_MERGE_SMALL4
+                                    (const void *)fdec_chunk_merge_small<4>
+#endif
+            };
             for (const void *m : merges) cudaFuncSetAttribute(m, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
         }
         if (c->nconf == FDEC_CUDA_CONF_MAX) return FDEC_OK; /* the table is full: set again next time */
@@ -289,18 +293,21 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     cfg.attrs = attr;
     cfg.numAttrs = c->cc_major >= 9 && FDEC_CUDA_PDL_DECODE ? 1 : 0;
     if ((e = cudaLaunchKernelEx(&cfg, lp.fn, prm)) != cudaSuccess) return cuda_err(e, "the kernel launch");
-    /* the merge: a block per (head, slice of the dimensions). Up to 64 chunks, fdec_chunk_merge_small (slices of
-     * 128, one L2 round trip: CUDA log row 21); more, slices of 32 with each slice's chunks split among the block's
-     * threads (CUDA log row 17) */
+    /* the merge: a block per (head, slice of the dimensions). Up to 64 chunks (128 with FDEC_MERGE_SMALL4),
+     * fdec_chunk_merge_small (slices of 128, one L2 round trip: CUDA log row 21); more, slices of 32 with each
+     * slice's chunks split among the block's threads (CUDA log row 17) */
     if (FDEC_CUDA_MEASURE_NO_MERGE || lp.fused) return FDEC_OK;
-    const int small = FDEC_MERGE_SMALL && nc <= FDEC_MERGE_SMALL_MAX;
+    const int small = FDEC_MERGE_SMALL && nc <= (FDEC_MERGE_SMALL4 ? 2 * FDEC_MERGE_SMALL_MAX : FDEC_MERGE_SMALL_MAX);
     const uint32_t slice = small || nc <= FDEC_MERGE_SPLIT_CHUNKS ? 128 : 32;
     cfg.gridDim = dim3(p->H, (p->D + slice - 1) / slice, 1);
     cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
     cfg.dynamicSmemBytes = small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
     cfg.numAttrs = c->cc_major >= 9 ? 1 : 0;
     void (*merge)(const fdec_cuda_params) = small && nc <= 32             ? fdec_chunk_merge_small<1>
-                                            : small                       ? fdec_chunk_merge_small<2>
+                                            : small && nc <= 64           ? fdec_chunk_merge_small<2>
+#if FDEC_MERGE_SMALL4
+                                            : small                       ? fdec_chunk_merge_small<4>
+#endif
                                             : nc > FDEC_MERGE_SPLIT_CHUNKS ? fdec_chunk_merge_kernel<true>
                                                                            : fdec_chunk_merge_kernel<false>;
     if ((e = cudaLaunchKernelEx(&cfg, merge, prm)) != cudaSuccess)

@@ -479,6 +479,13 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(co
 #define FDEC_MERGE_SMALL 1
 #endif
 #define FDEC_MERGE_SMALL_MAX 64 /* chunks it merges at most: fdec_chunk_merge_small<2> */
+/* 1: merges of 65 to 128 chunks (the Gemma 4 full layer's from 8k on: 128 chunks) by fdec_chunk_merge_small<4> too,
+ * 128 loads a thread in one round trip, instead of fdec_chunk_merge_kernel's two round trips with a barrier between
+ * (row 28 c: that merge costs ~4 us of Gemma 4 full at 32k). Compiled, not yet run on a GPU; off, the kernels are
+ * unchanged (bench/NOTES.md, the leads after CUDA log row 30). */
+#ifndef FDEC_MERGE_SMALL4
+#define FDEC_MERGE_SMALL4 0
+#endif
 template <int J>
 __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(const fdec_cuda_params p) {
     fdec_merge_trigger();

@@ -133,7 +133,7 @@ static layout scratch_layout(const fdec_problem *p, uint32_t nc) {
     L.l = ALIGN64(L.m + (size_t)nc * p->H * F);
     L.o = ALIGN64(L.l + (size_t)nc * p->H * F);
     L.s = ALIGN64(L.o + (size_t)nc * p->H * Dp * F);
-    L.total = ALIGN64(L.s + (size_t)nc * p->R * FDEC_CPU_NB * F);
+    L.total = ALIGN64(L.s + (size_t)nc * p->H * FDEC_CPU_NB * F);
     return L;
 }
 
@@ -163,7 +163,7 @@ static void run_chunk(void *arg, uint32_t i, uint32_t n) {
     uint64_t t0 = (uint64_t)r->s.lo + (uint64_t)i * r->s.chunk_len;
     uint64_t t1 = t0 + r->s.chunk_len < r->s.hi ? t0 + r->s.chunk_len : r->s.hi;
     r->chunk(a, t0, t1, r->m + (size_t)i * a->H, r->l + (size_t)i * a->H, r->o + (size_t)i * a->H * a->Dp,
-             r->sT + (size_t)i * a->R * FDEC_CPU_NB);
+             r->sT + (size_t)i * a->H * FDEC_CPU_NB);
 }
 
 /* dst[i] = src[i] * scale for n elements of type t (conversion loops with the type switch outside). */

@@ -20,7 +20,8 @@ typedef struct {
     const float *q;          /* [H][Dp] f32, pre-multiplied by scale, zero-padded */
 } fdec_cpu_args;
 
-/* Partial state of all H heads over positions [t0, t1): m[H], l[H], o[H][Dp]. sT: R * NB floats of work. */
+/* Partial state of all H heads over positions [t0, t1): m[H], l[H], o[H][Dp]. sT: H * NB floats of work (the scores
+ * of a block, every KV head's with FDEC_CPU_ROWMAJOR, kern.h). */
 typedef void (*fdec_cpu_chunk_fn)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,
                                   float *sT);
 

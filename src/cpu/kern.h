@@ -10,6 +10,9 @@
  *   2. updates the running max / sum per head and turns scores into weights p = exp(s - m) (vexp);
  *   3. accumulates o[h] += p[h][j] * V[j] for the block, each V element loaded once for the HT heads of a
  *      tile, the HT x DT output accumulators held in registers across the whole block.
+ * Where a KV head's part of a row is 512 bytes or more and feeds at most 4 query heads, step 1 runs first for every
+ * KV head, JR rows at a time (qk_rowmajor), so that a block's K rows are read in address order; steps 2 and 3 then
+ * run head by head (FDEC_CPU_ROWMAJOR).
  * head_dim and the K/V type are compile-time constants in the specialised copies (the switch at the bottom);
  * everything else works for any value.
  */
@@ -199,8 +202,38 @@ ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_
                    pv_heads(vb, rstride, nb, sT + (size_t)h0 * NB, o + (size_t)h0 * Dp, Dp, vn, h0 ? 0 : nn, D, T, HT));
 }
 
+/* 1: when a KV head's part of a row is 512 bytes or more and it feeds at most 4 query heads (the Gemma 4 sliding
+ * geometry, not the Gemma 4 full layer's 8), a block's scores are worked out JR rows at a time for every KV head
+ * (qk_rowmajor) before its softmax and output passes run head by head, so that the K reads of a block go through
+ * its rows in address order. 2 threads, 32k: Gemma 4 sliding-full 8678 -> 8107 us (87.8 -> 95.0% of the floor), the
+ * window 287.7 -> 279.0; slower for Llama (head_dim 128, 4 heads a KV head), LFM2 and the Gemma 4 full layer, which
+ * keep the head-by-head order (bench/NOTES.md, CPU log row 30). 0: head by head everywhere. */
+#ifndef FDEC_CPU_ROWMAJOR
+#define FDEC_CPU_ROWMAJOR 1
+#endif
+#define ROWMAJOR_MIN_BYTES 512
+#define ROWMAJOR_MAX_R 4
+#define JR 8 /* rows a row-major group */
+/* the scores of every KV head of a block, JR rows at a time, the next block's K rows of the group asked for as it
+ * goes; sT holds G * R rows of NB scores */
+ALWAYS_INLINE void qk_rowmajor(const char *kb, size_t rstride, size_t hstride, uint32_t nb, const char *kn, uint32_t nn,
+                               const float *q, uint32_t G, uint32_t R, uint32_t Dp, float *sT, const uint32_t D,
+                               const fdec_dtype T) {
+    for (uint32_t j0 = 0; j0 < nb; j0 += JR) {
+        const uint32_t jn = nb - j0 < JR ? nb - j0 : JR;
+        const uint32_t pn = nn > j0 ? (nn - j0 < jn ? nn - j0 : jn) : 0;
+        for (uint32_t g = 0; g < G; g++) {
+            const char *kg = kb + g * hstride + (size_t)j0 * rstride, *kng = kn + g * hstride + (size_t)j0 * rstride;
+            const size_t hq = (size_t)g * R;
+            FOR_HEAD_TILES(R, h0, HT,
+                           qk_tile(kg, rstride, jn, q + (hq + h0) * Dp, Dp, sT + (hq + h0) * NB + j0, kng, h0 ? 0 : pn,
+                                   D, T, HT));
+        }
+    }
+}
+
 ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,
-                              float *sT, const uint32_t D, const fdec_dtype T) {
+                              float *sT, const uint32_t D, const fdec_dtype T, const int rowmajor) {
     const uint32_t Dp = a->Dp, R = a->R;
     const size_t es = fdec_dtype_size(T), rstride = a->ps * es, hstride = a->hs * es;
     for (uint32_t h = 0; h < a->H; h++) {
@@ -234,45 +267,79 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
             BLOCK_AT(t + nb, r2, n2)
             rrow = r2, rnb = n2;
         }
-        for (uint32_t g = 0; g < a->G; g++) {
-            const size_t hq = (size_t)g * R;
-            if (ramp) {
-                if (g + 1 < a->G) prefetch_head(kc, vc, row * rstride + (g + 1) * hstride, nb, rstride, hb);
-                prefetch_head(kc, vc, rrow * rstride + g * hstride, rnb, rstride, hb);
+        if (rowmajor) {
+            if (ramp) /* the ramp's prefetches at once: the scores need every head of the first block first */
+                for (uint32_t g = 0; g < a->G; g++) {
+                    if (g + 1 < a->G) prefetch_head(kc, vc, row * rstride + (g + 1) * hstride, nb, rstride, hb);
+                    prefetch_head(kc, vc, rrow * rstride + g * hstride, rnb, rstride, hb);
+                }
+            qk_rowmajor(kb, rstride, hstride, (uint32_t)nb, kn, (uint32_t)nnb, a->q, a->G, R, Dp, sT, D, T);
+            for (uint32_t g = 0; g < a->G; g++) {
+                const size_t hq = (size_t)g * R;
+                for (uint32_t h = 0; h < R; h++)
+                    softmax_step(sT + (hq + h) * NB, (uint32_t)nb, m + hq + h, l + hq + h, o + (hq + h) * Dp, Dp);
+                FOR_HEAD_TILES(R, h0, HT,
+                               pv_heads(vb + g * hstride, rstride, (uint32_t)nb, sT + (hq + h0) * NB, o + (hq + h0) * Dp,
+                                        Dp, vn + g * hstride, h0 ? 0 : (uint32_t)nnb, D, T, HT));
             }
-            block(kb + g * hstride, vb + g * hstride, rstride, (uint32_t)nb, kn + g * hstride, vn + g * hstride,
-                  (uint32_t)nnb, a->q + hq * Dp, R, Dp, m + hq, l + hq, o + hq * Dp, sT, D, T);
-        }
+        } else
+            for (uint32_t g = 0; g < a->G; g++) {
+                const size_t hq = (size_t)g * R;
+                if (ramp) {
+                    if (g + 1 < a->G) prefetch_head(kc, vc, row * rstride + (g + 1) * hstride, nb, rstride, hb);
+                    prefetch_head(kc, vc, rrow * rstride + g * hstride, rnb, rstride, hb);
+                }
+                block(kb + g * hstride, vb + g * hstride, rstride, (uint32_t)nb, kn + g * hstride, vn + g * hstride,
+                      (uint32_t)nnb, a->q + hq * Dp, R, Dp, m + hq, l + hq, o + hq * Dp, sT, D, T);
+            }
         t += nb;
     }
 #undef BLOCK_AT
 }
 
-/* The specialised copies: head_dim x K/V type. */
-#define SPEC(Dc, Tc)                                                                                            \
-    static void FN(chunk_##Dc##_##Tc)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l,     \
-                                      float *o, float *sT) {                                                    \
-        chunk_impl(a, t0, t1, m, l, o, sT, (Dc) ? (Dc) : a->D, FDEC_##Tc);                                      \
+/* The specialised copies: head_dim x K/V type x order (_rm: qk_rowmajor; its own copies, so that the head-by-head
+ * copies compile as they did without it: sharing one function cost the Gemma 4 full layer 9%). head_dim 64 never
+ * has 512-byte rows. */
+#define SPEC(Dc, Tc, RM, sfx)                                                                                   \
+    static void FN(chunk_##Dc##_##Tc##sfx)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, \
+                                           float *o, float *sT) {                                               \
+        chunk_impl(a, t0, t1, m, l, o, sT, (Dc) ? (Dc) : a->D, FDEC_##Tc, RM);                                  \
     }
-#define SPEC_T(Dc) SPEC(Dc, F16) SPEC(Dc, BF16) SPEC(Dc, F32)
+#define SPEC_T(Dc) SPEC(Dc, F16, 0, ) SPEC(Dc, BF16, 0, ) SPEC(Dc, F32, 0, )
+#define SPEC_RM(Dc) SPEC(Dc, F16, 1, _rm) SPEC(Dc, BF16, 1, _rm) SPEC(Dc, F32, 1, _rm)
 SPEC_T(0)
 SPEC_T(64)
 SPEC_T(128)
 SPEC_T(256)
 SPEC_T(512)
+#if FDEC_CPU_ROWMAJOR
+SPEC_RM(0)
+SPEC_RM(128)
+SPEC_RM(256)
+SPEC_RM(512)
+#endif
 
 void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,
                         float *sT) {
-#define PICK(Dc)                                                                                                \
-    (a->kvt == FDEC_F16 ? FN(chunk_##Dc##_F16) : a->kvt == FDEC_BF16 ? FN(chunk_##Dc##_BF16) : FN(chunk_##Dc##_F32))
+#define PICK1(Dc, sfx)                                                                                          \
+    (a->kvt == FDEC_F16    ? FN(chunk_##Dc##_F16##sfx)                                                          \
+     : a->kvt == FDEC_BF16 ? FN(chunk_##Dc##_BF16##sfx)                                                         \
+                           : FN(chunk_##Dc##_F32##sfx))
+#if FDEC_CPU_ROWMAJOR
+    const int rm = (size_t)a->D * fdec_dtype_size(a->kvt) >= ROWMAJOR_MIN_BYTES && a->R <= ROWMAJOR_MAX_R;
+#define PICK(Dc) (rm ? PICK1(Dc, _rm) : PICK1(Dc, ))
+#else
+#define PICK(Dc) PICK1(Dc, )
+#endif
     fdec_cpu_chunk_fn f;
     switch (a->D) {
-    case 64: f = PICK(64); break;
+    case 64: f = PICK1(64, ); break;
     case 128: f = PICK(128); break;
     case 256: f = PICK(256); break;
     case 512: f = PICK(512); break;
     default: f = PICK(0); break;
     }
 #undef PICK
+#undef PICK1
     f(a, t0, t1, m, l, o, sT);
 }

@@ -213,7 +213,10 @@ ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_
 #endif
 #define ROWMAJOR_MIN_BYTES 512
 #define ROWMAJOR_MAX_R 4
-#define JR 8 /* rows a row-major group */
+#ifndef FDEC_CPU_JR
+#define FDEC_CPU_JR 8 /* rows a row-major group */
+#endif
+#define JR FDEC_CPU_JR
 /* the scores of every KV head of a block, JR rows at a time, the next block's K rows of the group asked for as it
  * goes; sT holds G * R rows of NB scores */
 ALWAYS_INLINE void qk_rowmajor(const char *kb, size_t rstride, size_t hstride, uint32_t nb, const char *kn, uint32_t nn,

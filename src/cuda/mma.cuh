@@ -282,9 +282,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         if constexpr (TMA) { /* this warp's WR rows: lane i copies rows r0 + i, + 32, ... */
             constexpr int WR = WD == 1 ? PW : NP / FDEC_CUDA_WARPS; /* at D >= 256 a quarter of the block's step */
             const int r0 = WD == 1 ? pg * PW : warp * WR;
-            /* slot r0 + i holds position base + src_row(r0 + i): the valid slots are a prefix of i */
-            const uint64_t first = base + src_row(r0), stride = IL ? WP : 1;
-            const uint64_t lim = c1 > first ? (c1 - first + stride - 1) / stride : 0;
+            const uint64_t lim = c1 > base + r0 ? c1 - (base + r0) : 0; /* rows in order (no interleave here) */
             const int nvalid = lim < (uint64_t)WR ? (int)lim : WR;
             const unsigned bar = (unsigned)__cvta_generic_to_shared(&bars[warp][s]);
             if (lane == 0)
@@ -296,7 +294,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
                 unsigned char *kd = reinterpret_cast<unsigned char *>(ks_) + r * S::RP,
                               *vd = reinterpret_cast<unsigned char *>(vs_) + r * S::RP;
                 if (i < nvalid) {
-                    const uint32_t row = fdec_cache_row(p, base + src_row(r));
+                    const uint32_t row = fdec_cache_row(p, base + r);
                     const KT *ks = kbase + (size_t)row * p.ps, *vs = vbase + (size_t)row * p.ps;
                     fdec_bulk_copy(kd, ks, D * (int)sizeof(KT), bar);
                     fdec_bulk_copy(vd, vs, D * (int)sizeof(KT), bar);

@@ -192,14 +192,21 @@ ALWAYS_INLINE void pv_heads(const char *vb, size_t vstride, uint32_t nb, const f
 /* One block of nb <= NB rows, one KV head: kb, vb point at row 0's vector; kn, vn at the next block's (same
  * head), nn rows of them, which the first head tile asks for while it computes (see prefetch_row). State for
  * the R heads of g. */
+/* Steps 2 and 3 of a block for the R heads of one KV head, whose scores are in sT (R rows of NB). */
+ALWAYS_INLINE void block_out(const char *vb, size_t rstride, uint32_t nb, const char *vn, uint32_t nn, uint32_t R,
+                             uint32_t Dp, float *m, float *l, float *o, float *sT, const uint32_t D,
+                             const fdec_dtype T) {
+    for (uint32_t h = 0; h < R; h++) softmax_step(sT + (size_t)h * NB, nb, m + h, l + h, o + (size_t)h * Dp, Dp);
+    FOR_HEAD_TILES(R, h0, HT,
+                   pv_heads(vb, rstride, nb, sT + (size_t)h0 * NB, o + (size_t)h0 * Dp, Dp, vn, h0 ? 0 : nn, D, T, HT));
+}
+
 ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_t nb, const char *kn,
                          const char *vn, uint32_t nn, const float *q, uint32_t R, uint32_t Dp, float *m, float *l,
                          float *o, float *sT, const uint32_t D, const fdec_dtype T) {
     FOR_HEAD_TILES(R, h0, HT,
                    qk_tile(kb, rstride, nb, q + (size_t)h0 * Dp, Dp, sT + (size_t)h0 * NB, kn, h0 ? 0 : nn, D, T, HT));
-    for (uint32_t h = 0; h < R; h++) softmax_step(sT + (size_t)h * NB, nb, m + h, l + h, o + (size_t)h * Dp, Dp);
-    FOR_HEAD_TILES(R, h0, HT,
-                   pv_heads(vb, rstride, nb, sT + (size_t)h0 * NB, o + (size_t)h0 * Dp, Dp, vn, h0 ? 0 : nn, D, T, HT));
+    block_out(vb, rstride, nb, vn, nn, R, Dp, m, l, o, sT, D, T);
 }
 
 /* 1: when a KV head's part of a row is 512 bytes or more and it feeds at most 4 query heads (the Gemma 4 sliding
@@ -270,31 +277,29 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
             BLOCK_AT(t + nb, r2, n2)
             rrow = r2, rnb = n2;
         }
+        /* the ramp's asks that go with KV head g: the first block's head g + 1 and the second block's head g */
+#define RAMP_HEAD(g)                                                                                            \
+    do {                                                                                                        \
+        if ((g) + 1 < a->G) prefetch_head(kc, vc, row * rstride + ((g) + 1) * hstride, nb, rstride, hb);       \
+        prefetch_head(kc, vc, rrow * rstride + (g) * hstride, rnb, rstride, hb);                                \
+    } while (0)
         if (rowmajor) {
-            if (ramp) /* the ramp's prefetches at once: the scores need every head of the first block first */
-                for (uint32_t g = 0; g < a->G; g++) {
-                    if (g + 1 < a->G) prefetch_head(kc, vc, row * rstride + (g + 1) * hstride, nb, rstride, hb);
-                    prefetch_head(kc, vc, rrow * rstride + g * hstride, rnb, rstride, hb);
-                }
+            if (ramp) /* all at once: the scores need every head of the first block first */
+                for (uint32_t g = 0; g < a->G; g++) RAMP_HEAD(g);
             qk_rowmajor(kb, rstride, hstride, (uint32_t)nb, kn, (uint32_t)nnb, a->q, a->G, R, Dp, sT, D, T);
             for (uint32_t g = 0; g < a->G; g++) {
                 const size_t hq = (size_t)g * R;
-                for (uint32_t h = 0; h < R; h++)
-                    softmax_step(sT + (hq + h) * NB, (uint32_t)nb, m + hq + h, l + hq + h, o + (hq + h) * Dp, Dp);
-                FOR_HEAD_TILES(R, h0, HT,
-                               pv_heads(vb + g * hstride, rstride, (uint32_t)nb, sT + (hq + h0) * NB, o + (hq + h0) * Dp,
-                                        Dp, vn + g * hstride, h0 ? 0 : (uint32_t)nnb, D, T, HT));
+                block_out(vb + g * hstride, rstride, (uint32_t)nb, vn + g * hstride, (uint32_t)nnb, R, Dp, m + hq,
+                          l + hq, o + hq * Dp, sT + hq * NB, D, T);
             }
         } else
             for (uint32_t g = 0; g < a->G; g++) {
                 const size_t hq = (size_t)g * R;
-                if (ramp) {
-                    if (g + 1 < a->G) prefetch_head(kc, vc, row * rstride + (g + 1) * hstride, nb, rstride, hb);
-                    prefetch_head(kc, vc, rrow * rstride + g * hstride, rnb, rstride, hb);
-                }
+                if (ramp) RAMP_HEAD(g);
                 block(kb + g * hstride, vb + g * hstride, rstride, (uint32_t)nb, kn + g * hstride, vn + g * hstride,
                       (uint32_t)nnb, a->q + hq * Dp, R, Dp, m + hq, l + hq, o + hq * Dp, sT, D, T);
             }
+#undef RAMP_HEAD
         t += nb;
     }
 #undef BLOCK_AT

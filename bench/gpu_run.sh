@@ -38,12 +38,14 @@ if has simt; then # the SIMT kernel alone (FDEC_CUDA_KERNEL=simt), for the compa
   FDEC_CUDA_KERNEL=simt timeout 100 ./build/flashdec bench --backend cuda --ctx 4096,32768 --reps 10 --no-check \
     2>&1 | tee "$OUT/bench-cuda-simt.log" | tail -10
 fi
-if has split; then # the shortest-chunk rule at short contexts (bench/NOTES.md)
-  for mc in ${MIN_CHUNKS:-128 512}; do
-    echo "FDEC_CUDA_MIN_CHUNK=$mc"
-    FDEC_CUDA_MIN_CHUNK=$mc timeout 100 ./build/flashdec bench --backend cuda --ctx 1024,4096 --reps 10 --no-check \
-      2>&1 | tail -10 | tee -a "$OUT/bench-cuda-split.log"
-  done
+if has split; then # the split rule: FDEC_CUDA_MIN_CHUNK (0: the library's own rule) in alternating rounds (bench/NOTES.md)
+  for round in $(seq 1 ${SPLIT_ROUNDS:-1}); do
+    for mc in ${MIN_CHUNKS:-128 512}; do
+      echo "FDEC_CUDA_MIN_CHUNK=$mc round $round"
+      FDEC_CUDA_MIN_CHUNK=$mc timeout 100 ./build/flashdec bench --backend cuda --preset "${SPLIT_PRESETS:-all}" \
+        --ctx "${SPLIT_CTX:-1024,4096}" --reps 10 --no-check 2>&1 | tail -n +3
+    done
+  done | tee -a "$OUT/bench-cuda-split.log"
 fi
 if has peer; then
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1

@@ -6,7 +6,9 @@
 # untracked file the device tool carries), so an older revision runs beside this one.
 # Each variant is built in build-<name> (sm_90), checked with a short CUDA sweep, then benchmarked; the benchmarks
 # run in ROUNDS rounds (default 2) alternating the variants, so that drift of the machine shows. Everything goes to
-# $OUT/variants.log. PEER_PRESETS adds the PyTorch comparison of each variant (below).
+# $OUT/variants.log. PEER_PRESETS adds the PyTorch comparison of each variant (below). PREBUILT=1 takes each
+# build-<name> as it is where it holds a flashdec already (built on another machine with the same flags and carried
+# over, which saves the GPU machine's time).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results}
@@ -19,6 +21,7 @@ envs() { local w out=; for w in $1; do [[ $w == +* ]] && out+=" ${w#+}"; done; e
 vname() { local n=${1%%:*}; echo "${n%%@*}"; }
 for v in "$@"; do
   name=$(vname "$v") flags=$(cflags "${v#*:}") src=.
+  [ "${PREBUILT:-0}" = 1 ] && [ -x build-$name/flashdec ] && continue
   n=${v%%:*}
   if [[ $n == *@* ]]; then # another revision's tree, from a tarball
     src=${TMPDIR:-/tmp}/fdec-src-$name

@@ -826,6 +826,56 @@ static void test_cuda_graph(void) {
     fd_problem_free(&pa), fd_problem_free(&pb);
 }
 
+/* A reserve covers every shorter call of the layer, not only one of its length: after fdec_context_reserve(n) each
+ * call of n' <= n captures into a CUDA graph (a call that needed more scratch would be refused during capture).
+ * The split's rules can give a shorter call more chunks than a longer one (at head_dim 512 up to 64 chunks of 32
+ * positions where a longer call takes 33 of 64), which a reserve of only n's own split would miss. */
+static void test_cuda_reserve_bound(void) {
+    static const uint32_t shapes[][3] = {{512, 8, 1}, {512, 16, 2}, {64, 32, 8}, {128, 32, 8}, {256, 16, 8}};
+    static const uint32_t maxes[] = {2100, 4100};
+    fd_rng r = {77};
+    int checked = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t mi = 0; mi < sizeof maxes / sizeof maxes[0]; mi++) {
+            const uint32_t D = shapes[si][0], H = shapes[si][1], G = shapes[si][2], n = maxes[mi];
+            fdec_layer L = layer_of(D, H, G, 0, 0, FDEC_F16, 0);
+            fd_problem pr;
+            if (fd_problem_make(&pr, &L, n, FD_DENSE, 1.0f, &r)) {
+                check(0, "reserve bound: no memory");
+                continue;
+            }
+            inputs in;
+            if (inputs_make(&in, &pr)) {
+                check(0, "reserve bound: inputs could not be copied to the device");
+                fd_problem_free(&pr);
+                continue;
+            }
+            void *dout = fd_dev_alloc((size_t)H * D * 4);
+            fdec_options o = fdec_default_options();
+            o.cuda_stream = g_stream;
+            fdec_context *ctx;
+            fdec_context_create(FDEC_BACKEND_CUDA, &o, &ctx);
+            check(fdec_context_reserve(ctx, &L, n) == FDEC_OK, "reserve bound: reserve: %s", fdec_last_error());
+            const uint32_t lens[] = {n, n - 20, n * 3 / 4, n / 2, 2080, 2048, 1100, 1024, 500, 64, 1};
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                if (lens[li] > n || lens[li] < 1) continue;
+                fd_problem call = pr;
+                call.seq_len = lens[li];
+                graph_arg ga = {ctx, &call, &in, dout, NULL, FDEC_OK};
+                void *gr = fd_dev_graph_capture(g_stream, graph_call, &ga, 1);
+                check(gr != NULL && ga.st == FDEC_OK, "reserve bound: D %u, %u/%u heads, reserve %u, call %u: %s %s",
+                      D, H, G, n, lens[li], fdec_status_string(ga.st), fdec_last_error());
+                if (gr) fd_dev_graph_destroy(gr);
+                checked++;
+            }
+            fdec_context_destroy(ctx);
+            fd_dev_free(dout);
+            inputs_free(&in);
+            fd_problem_free(&pr);
+        }
+    printf("reserve bound: %d shorter calls captured after a reserve\n", checked);
+}
+
 /* ---- 6. the README example ---- */
 
 static void test_readme_example(const char *path) {
@@ -875,6 +925,7 @@ int main(int argc, char **argv) {
     test_nonfinite(pc, npc);
     test_merge();
     if (g_cuda) test_cuda_graph();
+    if (g_cuda) test_cuda_reserve_bound();
     else {
         test_determinism_threads();
         test_concurrency();

@@ -27,6 +27,21 @@ extern "C" {
 #ifndef D512_MIN_CHUNK
 #define D512_MIN_CHUNK 32
 #endif
+/* 1: at head_dim 512 the split aims at one block per SM instead of FDEC_CUDA_BLOCKS_PER_SM, and at no more chunks
+ * than the one-round-trip merge takes (FDEC_MERGE_SMALL_MAX, 64) where that still leaves at most 1/16 of the SMs
+ * idle: one block of head_dim 512 an SM streams as fast as two, and the merge of 64 chunks costs less than that of
+ * 128. Gemma 4 full (2 KV heads: 128 -> 64 chunks) 8k 22.0 -> 18.9 us, 16k 31.3 -> 27.5, 32k 48.0 -> 44.0, 64k
+ * 80.5 -> 76.4, 131k 143.8 -> 141.3; 32 chunks (half the SMs) was 1.3-1.9x slower (bench/NOTES.md, CUDA log row
+ * 32). 0: the rule of the other head_dims. */
+#ifndef D512_ONE_BLOCK_PER_SM
+#define D512_ONE_BLOCK_PER_SM 1
+#endif
+/* 1: the same at head_dim 64 (8 KV heads: 33 -> 16 chunks): LFM2 2k 6.1 -> 5.9 us, 8k 9.3 -> 8.9, 32k 21.4 -> 21.1,
+ * 64k 37.6 -> 36.5, 131k 69.4 -> 66.6 (head-major 70.4 -> 67.6), 1k even; at head_dim 128 and 256 one block an SM
+ * was 1.2-1.6x slower (bench/NOTES.md, CUDA log row 32). */
+#ifndef D64_ONE_BLOCK_PER_SM
+#define D64_ONE_BLOCK_PER_SM 1
+#endif
 /* Most chunks per head: bounds the scratch and the merge's loop. */
 #define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 
@@ -42,15 +57,6 @@ extern "C" {
 #ifndef FDEC_CUDA_MEASURE_NO_MERGE
 #define FDEC_CUDA_MEASURE_NO_MERGE 0
 #endif
-/* 1: calls of at most FDEC_FUSED_NC chunks merge them in the decode kernel's last block (kernels.cuh,
- * fdec_fused_merge) instead of a merge kernel. Off: correct (639 checks, memcheck and racecheck clean, 60 Python
- * tests) but 4-5 us slower on every such call (Llama 1k 7.1 -> 11.1 us, the window 7.4 -> 12.0), with a fence in
- * every thread and with one fence a block alike; its SASS is ~3,300 instructions, mostly the address arithmetic of
- * 64 predicated loads a thread, run cold by one block a group. A build without any merge took 1.7-2.5 us off the
- * same calls (bench/NOTES.md, CUDA log row 28). */
-#ifndef FDEC_CUDA_FUSED_MERGE
-#define FDEC_CUDA_FUSED_MERGE 0
-#endif
 #define FDEC_CUDA_CONF_MAX 32 /* kernels a context remembers as configured (a model uses a few) */
 
 typedef struct {
@@ -61,9 +67,8 @@ typedef struct {
     const void *conf_fn[FDEC_CUDA_CONF_MAX]; /* kernels whose attributes configure() has set */
     size_t conf_smem[FDEC_CUDA_CONF_MAX];    /* and the dynamic shared memory each may use */
     int nconf;
-    float *scratch; /* FDEC_FUSED_COUNTERS counters (kept at 0 between calls), then the partial states
-                     * [part_o][part_m][part_l] or fdec_merge's accumulator */
-    size_t fcap;    /* floats the scratch holds after the counters */
+    float *scratch; /* partial states [part_o][part_m][part_l], or fdec_merge's accumulator */
+    size_t fcap;    /* floats the scratch holds */
 } cuda_impl;
 
 static fdec_status cuda_err(cudaError_t e, const char *what) {
@@ -122,7 +127,7 @@ static size_t mma_smem(uint32_t D) {
 
 typedef struct {
     partial_fn fn;
-    int rt, tiles, fast, mma, fused;
+    int rt, tiles, fast, mma;
     size_t smem, pipe;
     fdec_split split;
 } launch_plan;
@@ -138,7 +143,9 @@ static int heads_per_block(uint32_t R, int fast, int elems_per_lane, size_t es) 
     return rt;
 }
 
-static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t kaddr, uint64_t vaddr) {
+/* reserve: num_chunks bounds every call of p's shape up to p's length (the scratch of fdec_context_reserve), not
+ * only this one's. */
+static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t kaddr, uint64_t vaddr, int reserve) {
     launch_plan lp;
     const size_t es = fdec_dtype_size(p->kvt);
     const int dfast = p->D == 64 || p->D == 128 || p->D == 256 || p->D == 512;
@@ -158,10 +165,17 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
         }
     /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them */
     lp.pipe = lp.mma ? mma_smem(p->D) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
-    /* split: FDEC_CUDA_BLOCKS_PER_SM blocks for every SM, one wave (2 and 4 waves of shorter chunks were 2-34%
-     * slower, also with the decode loop's compute compiled out: CUDA log row 24) */
+    /* split: FDEC_CUDA_BLOCKS_PER_SM blocks for every SM (one at head_dim 64 and 512: D64_ONE_BLOCK_PER_SM,
+     * D512_ONE_BLOCK_PER_SM), one wave (2 and 4 waves of shorter chunks were 2-34% slower, also with the decode
+     * loop's compute compiled out: CUDA log row 24) */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
     uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
+    if (lp.mma && ((D512_ONE_BLOCK_PER_SM && p->D >= 512) || (D64_ONE_BLOCK_PER_SM && p->D == 64))) {
+        lanes = (uint32_t)c->sms / per_chunk_blocks; /* at most one block an SM */
+        if (lanes < 1) lanes = 1;
+        if (lanes > FDEC_MERGE_SMALL_MAX && (uint64_t)FDEC_MERGE_SMALL_MAX * per_chunk_blocks * 16 >= (uint64_t)c->sms * 15)
+            lanes = FDEC_MERGE_SMALL_MAX;
+    }
     lp.split = fdec_make_split(p, lanes, c->min_chunk, MAX_CHUNKS);
 #if D512_MIN_CHUNK
     /* head_dim 512 (4 times the bytes a row of head_dim 128): shorter chunks while that keeps the merge at 64
@@ -172,11 +186,24 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
         if (s2.num_chunks <= FDEC_MERGE_SMALL_MAX && s2.num_chunks > lp.split.num_chunks) lp.split = s2;
     }
 #endif
-    /* the merge in the decode kernel's last block: few chunks, and the tile's heads x chunks within a block's threads
-     * (its weights take a thread each) */
-    const uint32_t nh = p->R < (uint32_t)lp.rt ? p->R : (uint32_t)lp.rt;
-    lp.fused = FDEC_CUDA_FUSED_MERGE && lp.split.num_chunks <= FDEC_FUSED_NC &&
-               nh * lp.split.num_chunks <= FDEC_CUDA_WARPS * 32 && p->G * (uint32_t)lp.tiles <= FDEC_FUSED_COUNTERS;
+    if (reserve) {
+        /* the chunk count is not monotone in the length: a chunk's length is rounded up (fdec_make_split), which
+         * can leave a longer call fewer chunks (LFM2: 16 at 1024 positions, 11 at 2100), and the head_dim 512 rule
+         * above gives up to 64 where a longer call takes 33. Bound both by the counts before rounding. */
+        const uint64_t n = (uint64_t)lp.split.hi - lp.split.lo;
+        const uint64_t most = lanes < MAX_CHUNKS ? lanes : MAX_CHUNKS; /* fdec_make_split's caps */
+        uint64_t b = (n + c->min_chunk - 1) / c->min_chunk;
+        if (b > most) b = most;
+#if D512_MIN_CHUNK
+        if (c->min_chunk == MIN_CHUNK && p->D >= 512) {
+            uint64_t b2 = (n + D512_MIN_CHUNK - 1) / D512_MIN_CHUNK;
+            if (b2 > most) b2 = most;
+            if (b2 > FDEC_MERGE_SMALL_MAX) b2 = FDEC_MERGE_SMALL_MAX; /* taken only up to that */
+            if (b < b2) b = b2;
+        }
+#endif
+        if (b > lp.split.num_chunks) lp.split.num_chunks = (uint32_t)b;
+    }
     /* shared memory: the warps' states [2 + D] per head, in the ring's memory after the loop */
     lp.smem = (2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D) * sizeof(float);
     if (lp.smem < lp.pipe) lp.smem = lp.pipe;
@@ -196,19 +223,13 @@ static fdec_status ensure_scratch(cuda_impl *c, size_t floats) {
                                            "the stream is being captured: call fdec_context_reserve before capture",
                               bytes);
     float *s = NULL;
-    cudaError_t e = cudaMalloc((void **)&s, bytes + FDEC_FUSED_COUNTERS * sizeof(float));
+    cudaError_t e = cudaMalloc((void **)&s, bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return fdec_set_error(FDEC_ENOMEM, "cudaMalloc of %zu bytes of scratch failed: %s", bytes,
                               cudaGetErrorString(e));
     }
     if (c->scratch) cudaFree(c->scratch); /* synchronises with work still using it */
-    /* the fused merge's counters start at 0 (its last blocks set them back to 0) */
-    if ((e = cudaMemsetAsync(s, 0, FDEC_FUSED_COUNTERS * sizeof(unsigned), c->stream)) != cudaSuccess) {
-        cudaFree(s);
-        c->scratch = NULL, c->fcap = 0;
-        return cuda_err(e, "cudaMemsetAsync");
-    }
     c->scratch = s;
     c->fcap = floats;
     return FDEC_OK;
@@ -218,7 +239,7 @@ static fdec_status cuda_reserve(void *impl, const fdec_problem *p) {
     cuda_impl *c = (cuda_impl *)impl;
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
-    launch_plan lp = make_plan(c, p, 0, 0);
+    launch_plan lp = make_plan(c, p, 0, 0, 1);
     /* the split does not depend on alignment, only the kernel does */
     return ensure_scratch(c, state_floats(p, lp.split.num_chunks));
 }
@@ -239,11 +260,7 @@ static fdec_status configure(cuda_impl *c, const void *fn, size_t smem) {
         if (!c->nconf) {
             const void *merges[] = {(const void *)fdec_chunk_merge_kernel<false>,
                                     (const void *)fdec_chunk_merge_kernel<true>,
-                                    (const void *)fdec_chunk_merge_small<1>, (const void *)fdec_chunk_merge_small<2>,
-#if FDEC_MERGE_SMALL4
-                                    (const void *)fdec_chunk_merge_small<4>
-#endif
-            };
+                                    (const void *)fdec_chunk_merge_small<1>, (const void *)fdec_chunk_merge_small<2>};
             for (const void *m : merges) cudaFuncSetAttribute(m, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
         }
         if (c->nconf == FDEC_CUDA_CONF_MAX) return FDEC_OK; /* the table is full: set again next time */
@@ -259,16 +276,14 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     cuda_impl *c = (cuda_impl *)impl;
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
-    launch_plan lp = make_plan(c, p, (uint64_t)(uintptr_t)k, (uint64_t)(uintptr_t)v);
+    launch_plan lp = make_plan(c, p, (uint64_t)(uintptr_t)k, (uint64_t)(uintptr_t)v, 0);
     const uint32_t nc = lp.split.num_chunks;
     fdec_status st = ensure_scratch(c, state_floats(p, nc));
     if (st) return st;
     fdec_cuda_params prm;
     memset(&prm, 0, sizeof prm);
     prm.q = q, prm.k = k, prm.v = v, prm.out = out, prm.lse = lse;
-    prm.counters = (unsigned *)c->scratch;
-    prm.fused = lp.fused;
-    prm.part_o = c->scratch + FDEC_FUSED_COUNTERS; /* 16-byte aligned: cudaMalloc */
+    prm.part_o = c->scratch; /* 16-byte aligned: cudaMalloc */
     prm.part_m = prm.part_o + (size_t)p->H * nc * p->D;
     prm.part_l = prm.part_m + (size_t)p->H * nc;
     prm.D = p->D, prm.H = p->H, prm.G = p->G, prm.R = p->R;
@@ -293,11 +308,11 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     cfg.attrs = attr;
     cfg.numAttrs = c->cc_major >= 9 && FDEC_CUDA_PDL_DECODE ? 1 : 0;
     if ((e = cudaLaunchKernelEx(&cfg, lp.fn, prm)) != cudaSuccess) return cuda_err(e, "the kernel launch");
-    /* the merge: a block per (head, slice of the dimensions). Up to 64 chunks (128 with FDEC_MERGE_SMALL4),
-     * fdec_chunk_merge_small (slices of 128, one L2 round trip: CUDA log row 21); more, slices of 32 with each
-     * slice's chunks split among the block's threads (CUDA log row 17) */
-    if (FDEC_CUDA_MEASURE_NO_MERGE || lp.fused) return FDEC_OK;
-    const int small = FDEC_MERGE_SMALL && nc <= (FDEC_MERGE_SMALL4 ? 2 * FDEC_MERGE_SMALL_MAX : FDEC_MERGE_SMALL_MAX);
+    /* the merge: a block per (head, slice of the dimensions). Up to 64 chunks, fdec_chunk_merge_small (slices of
+     * 128, one L2 round trip: CUDA log row 21); more, slices of 32 with each slice's chunks split among the block's
+     * threads (CUDA log row 17) */
+    if (FDEC_CUDA_MEASURE_NO_MERGE) return FDEC_OK;
+    const int small = FDEC_MERGE_SMALL && nc <= FDEC_MERGE_SMALL_MAX;
     const uint32_t slice = small || nc <= FDEC_MERGE_SPLIT_CHUNKS ? 128 : 32;
     cfg.gridDim = dim3(p->H, (p->D + slice - 1) / slice, 1);
     cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
@@ -305,9 +320,6 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     cfg.numAttrs = c->cc_major >= 9 ? 1 : 0;
     void (*merge)(const fdec_cuda_params) = small && nc <= 32             ? fdec_chunk_merge_small<1>
                                             : small && nc <= 64           ? fdec_chunk_merge_small<2>
-#if FDEC_MERGE_SMALL4
-                                            : small                       ? fdec_chunk_merge_small<4>
-#endif
                                             : nc > FDEC_MERGE_SPLIT_CHUNKS ? fdec_chunk_merge_kernel<true>
                                                                            : fdec_chunk_merge_kernel<false>;
     if ((e = cudaLaunchKernelEx(&cfg, merge, prm)) != cudaSuccess)
@@ -317,13 +329,13 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
 
 static void cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     cuda_impl *c = (cuda_impl *)impl;
-    launch_plan lp = make_plan(c, p, 0, 0);
+    launch_plan lp = make_plan(c, p, 0, 0, 0);
     info->kv_start = lp.split.lo;
     info->kv_end = lp.split.hi;
     info->num_chunks = lp.split.num_chunks;
     info->chunk_len = lp.split.chunk_len;
     info->grouped = 1;
-    info->scratch_bytes = (state_floats(p, lp.split.num_chunks) + FDEC_FUSED_COUNTERS) * sizeof(float);
+    info->scratch_bytes = state_floats(p, lp.split.num_chunks) * sizeof(float);
     info->path = lp.mma ? "cuda-mma" : lp.fast ? "cuda-vec16" : "cuda-generic";
 }
 
@@ -380,7 +392,7 @@ static fdec_status cuda_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fd
     float *acc = NULL;
     if (n > FDEC_CUDA_MERGE_MAX) {
         if ((st = ensure_scratch(c, (size_t)H * (D + 1)))) return st;
-        acc = c->scratch + FDEC_FUSED_COUNTERS;
+        acc = c->scratch;
     }
     fdec_merge_params mp;
     memset(&mp, 0, sizeof mp);

@@ -42,8 +42,6 @@ struct fdec_cuda_params {
     uint32_t D, H, G, R;
     uint32_t lo, hi, ring, ring_lo; /* attended [lo, hi); ring_lo = lo % ring */
     uint32_t nc, chunk_len;
-    unsigned *counters; /* fused merge: blocks of each (KV head, head tile) done, [G][tiles], 0 between calls */
-    int fused;          /* 1: the last block of a (KV head, head tile) merges its chunks (fdec_fused_merge) */
     size_t ps, hs;    /* element strides */
     float scale_log2; /* scale * log2(e) */
     int qt, ot;
@@ -295,101 +293,6 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
             lse[r] = sbad[r] ? NAN : sL[r] == 0.f && sM[r] == -INFINITY ? -INFINITY : fdec_state_lse(sM[r], sL[r]);
 }
 
-/* Short calls without a merge kernel: when a (KV head, head tile) has at most FDEC_FUSED_NC chunks (and its heads
- * times its chunks fit one block's threads), the block that finishes last merges the chunks' states into out and
- * lse, found by an atomic counter per (KV head, head tile) that it then sets back to 0 for the next call. Every load
- * of a thread (up to FDEC_FUSED_EB output elements over every chunk, in registers) goes out before the weights are
- * worked out: one L2 round trip for calls of up to 512 output elements a block. The rule for the weights, the sums in
- * chunk order and the NaN rule are those of fdec_chunk_merge_small. Off by default (FDEC_CUDA_FUSED_MERGE, cuda.cu):
- * measured 4-5 us slower than the merge kernel (CUDA log row 28). */
-#define FDEC_FUSED_NC 16
-#define FDEC_FUSED_EB 4
-#define FDEC_FUSED_COUNTERS 1024 /* (KV head, head tile) pairs a fused call may have: counters at the scratch's start */
-__device__ __noinline__ void fdec_fused_merge(const float *part_o, const float *part_m, const float *part_l, void *out,
-                                              float *lse, int ot, uint32_t n, int nh, uint32_t h0, int Dr) {
-    __shared__ float f_m[FDEC_CUDA_WARPS * 32], f_l[FDEC_CUDA_WARPS * 32], f_w[FDEC_CUDA_WARPS * 32];
-    __shared__ float f_M[FDEC_CUDA_WARPS * 32], f_L[FDEC_CUDA_WARPS * 32];
-    __shared__ int f_bad[FDEC_CUDA_WARPS * 32];
-    const int E = nh * Dr, t = threadIdx.x, nt = blockDim.x;
-    /* 1. every o this thread merges (elements t + nt b of the block's rows), all chunks: loads only */
-    float x[FDEC_FUSED_EB][FDEC_FUSED_NC];
-    int e0 = t;
-    auto load = [&](int e) {
-#pragma unroll
-        for (int b = 0; b < FDEC_FUSED_EB; b++) {
-            const int idx = e + b * nt, r = idx / Dr, d = idx - r * Dr;
-            const bool ok = idx < E;
-            const float *o = part_o + ((size_t)(h0 + (ok ? r : 0)) * n) * Dr + (ok ? d : 0);
-#pragma unroll
-            for (int c = 0; c < FDEC_FUSED_NC; c++) x[b][c] = ok && (uint32_t)c < n ? __ldcg(o + (size_t)c * Dr) : 0.f;
-        }
-    };
-    load(e0);
-    /* 2. the weights: m and l of (head r, chunk c) in thread r n + c; M per head, w, then L per head */
-    const int nmc = nh * (int)n;
-    if (t < nmc) f_m[t] = __ldcg(part_m + (size_t)h0 * n + t), f_l[t] = __ldcg(part_l + (size_t)h0 * n + t);
-    if (t < nh) f_bad[t] = 0;
-    __syncthreads();
-    if (t < nmc) {
-        const int r = t / (int)n;
-        float M = -INFINITY;
-        for (uint32_t c = 0; c < n; c++) M = fdec_max_nan(M, f_m[r * n + c]);
-        f_w[t] = fdec_state_weight(f_m[t], M);
-        if (t == r * (int)n) f_M[r] = M;
-    }
-    __syncthreads();
-    if (t < nh) {
-        float L = 0.f;
-        for (uint32_t c = 0; c < n; c++) {
-            const float w = f_w[t * n + c];
-            if (w != 0.f) L += w * f_l[t * n + c];
-        }
-        f_L[t] = L;
-        if (!isfinite(f_M[t]) && f_M[t] != -INFINITY) f_bad[t] = 1;
-    }
-    __syncthreads();
-    /* 3. the sums, in chunk order; then the rows with a non-finite value are NaN */
-    float y[FDEC_FUSED_EB];
-    for (;;) {
-#pragma unroll
-        for (int b = 0; b < FDEC_FUSED_EB; b++) {
-            const int idx = e0 + b * nt, r = idx < E ? idx / Dr : 0;
-            float O = 0.f;
-#pragma unroll
-            for (int c = 0; c < FDEC_FUSED_NC; c++) {
-                const float w = (uint32_t)c < n ? f_w[r * n + c] : 0.f;
-                O += w != 0.f ? w * x[b][c] : 0.f;
-            }
-            const bool empty = f_L[r] == 0.f && f_M[r] == -INFINITY;
-            y[b] = empty ? 0.f : O / f_L[r];
-            if (idx < E && !isfinite(y[b])) f_bad[r] = 1;
-        }
-        if (e0 + FDEC_FUSED_EB * nt >= E) break;
-        /* more than EB elements a thread (not the calls the host sends here, but correct): write and go on */
-#pragma unroll
-        for (int b = 0; b < FDEC_FUSED_EB; b++) {
-            const int idx = e0 + b * nt;
-            fdec_store_any(out, (size_t)h0 * Dr + idx, ot, y[b]);
-        }
-        e0 += FDEC_FUSED_EB * nt;
-        load(e0);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int b = 0; b < FDEC_FUSED_EB; b++) {
-        const int idx = e0 + b * nt;
-        if (idx < E) fdec_store_any(out, (size_t)h0 * Dr + idx, ot, f_bad[idx / Dr] ? NAN : y[b]);
-    }
-    if (e0 >= FDEC_FUSED_EB * nt) { /* rows written before a bad flag was known: NaN them now */
-        for (int idx = t; idx < e0; idx += nt)
-            if (f_bad[idx / Dr]) fdec_store_any(out, (size_t)h0 * Dr + idx, ot, NAN);
-    }
-    if (lse && t < nh) {
-        const bool empty = f_L[t] == 0.f && f_M[t] == -INFINITY;
-        lse[h0 + t] = f_bad[t] ? NAN : empty ? -INFINITY : fdec_state_lse(f_M[t], f_L[t]);
-    }
-}
-
 /* The end of a decode block: merges its NS partial states (in shared memory: m[NS][RT] in base 2, l[NS][RT],
  * o[NS][RT][D]) into the chunk's state in the scratch (m in natural-log units). A chunk whose o came out
  * non-finite (an inf in V, a NaN anywhere) gets m = l = NaN, so that the merge makes its head NaN. The states
@@ -429,21 +332,6 @@ __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, 
         p.part_m[hc] = bad ? NAN : sm_M[threadIdx.x];
         p.part_l[hc] = bad ? NAN : sm_L[threadIdx.x];
     }
-    if (p.fused) { /* the last block of this (KV head, head tile) merges its chunks */
-        /* as a cooperative grid barrier: the block's stores, then one thread's fence and count (a fence in every
-         * thread cost more); the last block's thread 0 fences again before the block reads the other states */
-        __shared__ int last;
-        __syncthreads();
-        unsigned *cnt = p.counters + blockIdx.z * gridDim.x + blockIdx.x;
-        if (threadIdx.x == 0) {
-            __threadfence();
-            last = atomicAdd(cnt, 1u) == p.nc - 1;
-            if (last) __threadfence(), *cnt = 0;
-        }
-        __syncthreads();
-        if (!last) return;
-        fdec_fused_merge(p.part_o, p.part_m, p.part_l, p.out, p.lse, p.ot, p.nc, nh, h0, Dr);
-    }
 }
 
 /* Merges the decode's chunk states into out and lse when fdec_chunk_merge_small (below) does not: more than 64
@@ -479,13 +367,6 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(co
 #define FDEC_MERGE_SMALL 1
 #endif
 #define FDEC_MERGE_SMALL_MAX 64 /* chunks it merges at most: fdec_chunk_merge_small<2> */
-/* 1: merges of 65 to 128 chunks (the Gemma 4 full layer's from 8k on: 128 chunks) by fdec_chunk_merge_small<4> too,
- * 128 loads a thread in one round trip, instead of fdec_chunk_merge_kernel's two round trips with a barrier between
- * (row 28 c: that merge costs ~4 us of Gemma 4 full at 32k). Compiled, not yet run on a GPU; off, the kernels are
- * unchanged (bench/NOTES.md, the leads after CUDA log row 30). */
-#ifndef FDEC_MERGE_SMALL4
-#define FDEC_MERGE_SMALL4 0
-#endif
 template <int J>
 __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(const fdec_cuda_params p) {
     fdec_merge_trigger();

@@ -110,13 +110,23 @@ static fdec_status choose_path(fdec_cpu_path want, fdec_cpu_path *out) {
 
 static uint32_t padded_dim(uint32_t D) { return (D + 15) / 16 * 16; }
 
-static fdec_split cpu_split(const cpu_impl *c, const fdec_problem *p) {
+/* bound (may be NULL): the most chunks of any call of p's shape up to p's length, for a reserve's scratch. The
+ * count is not monotone in the length (a chunk's length is rounded up, which can leave a longer call fewer
+ * chunks), so the bound is the count before rounding; the lanes only grow with the length. */
+static fdec_split cpu_split(const cpu_impl *c, const fdec_problem *p, uint32_t *bound) {
     size_t bytes_per_pos = 2 * (size_t)p->G * p->D * fdec_dtype_size(p->kvt);
     size_t min_chunk = MIN_CHUNK_BYTES / bytes_per_pos;
     if (min_chunk < FDEC_CPU_NB) min_chunk = FDEC_CPU_NB;
-    const size_t call_bytes = (size_t)(p->seq_len - p->lo) * bytes_per_pos; /* the attended positions */
+    const size_t n = (size_t)(p->seq_len - p->lo), call_bytes = n * bytes_per_pos; /* the attended positions */
     uint32_t lanes = c->threads > 1 ? c->threads * (call_bytes >= LONG_CALL_BYTES ? CHUNKS_PER_THREAD : 1) : 1;
-    return fdec_make_split(p, lanes, (uint32_t)(min_chunk > UINT32_MAX ? UINT32_MAX : min_chunk), MAX_CHUNKS);
+    fdec_split s = fdec_make_split(p, lanes, (uint32_t)(min_chunk > UINT32_MAX ? UINT32_MAX : min_chunk), MAX_CHUNKS);
+    if (bound) {
+        size_t b = (n + min_chunk - 1) / min_chunk;
+        if (b > lanes) b = lanes;
+        if (b > MAX_CHUNKS) b = MAX_CHUNKS;
+        *bound = b > s.num_chunks ? (uint32_t)b : s.num_chunks;
+    }
+    return s;
 }
 
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
@@ -249,14 +259,15 @@ static fdec_status cpu_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fde
 
 static fdec_status cpu_reserve(void *impl, const fdec_problem *p) {
     cpu_impl *c = impl;
-    fdec_split s = cpu_split(c, p);
-    return ensure_scratch(c, scratch_layout(p, s.num_chunks).total);
+    uint32_t most = 0;
+    cpu_split(c, p, &most);
+    return ensure_scratch(c, scratch_layout(p, most).total);
 }
 
 static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
                               void *out, float *lse) {
     cpu_impl *c = impl;
-    fdec_split s = cpu_split(c, p);
+    fdec_split s = cpu_split(c, p, NULL);
     layout L = scratch_layout(p, s.num_chunks);
     fdec_status st = ensure_scratch(c, L.total);
     if (st) return st;
@@ -280,7 +291,7 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
 
 static void cpu_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     cpu_impl *c = impl;
-    fdec_split s = cpu_split(c, p);
+    fdec_split s = cpu_split(c, p, NULL);
     info->kv_start = s.lo;
     info->kv_end = s.hi;
     info->num_chunks = s.num_chunks;

@@ -14,7 +14,10 @@
  * 372 -> 300 us, Llama 4k 653 -> 583 us), while at 512 MiB four were 10% faster for the Gemma 4 full layer
  * (bench/NOTES.md, CPU row 18). */
 #define CHUNKS_PER_THREAD 4
-#define LONG_CALL_BYTES ((size_t)128 << 20)
+#ifndef FDEC_CPU_LONG_CALL_MB
+#define FDEC_CPU_LONG_CALL_MB 128
+#endif
+#define LONG_CALL_BYTES ((size_t)FDEC_CPU_LONG_CALL_MB << 20)
 /* Scratch bound on the split: 64 partial states. */
 #define MAX_CHUNKS 64
 /* A chunk should read at least this many bytes of K/V so that waking a thread for it pays off: 256 KiB takes

@@ -52,6 +52,10 @@ fdec_status fdec_problem_init(const fdec_layer *layer, uint32_t seq_len, fdec_pr
 /* plan.c: split rule. `lanes` is the parallelism available (CPU threads, or GPU "slots"); `min_chunk` the
  * shortest chunk worth a separate partial state. */
 fdec_split fdec_make_split(const fdec_problem *p, uint32_t lanes, uint32_t min_chunk, uint32_t max_chunks);
+/* The most chunks fdec_make_split gives, with the same arguments, any call of p's shape whose attended range is
+ * no longer than p's: what a reserve must hold. The count is not monotone in the length (a chunk's length is
+ * rounded up to CHUNK_ALIGN, which can leave a longer call fewer chunks), so this is the count before rounding. */
+uint32_t fdec_split_bound(const fdec_problem *p, uint32_t lanes, uint32_t min_chunk, uint32_t max_chunks);
 
 /* Element size of a dtype. */
 static inline size_t fdec_dtype_size(fdec_dtype t) { return t == FDEC_F32 ? 4 : 2; }

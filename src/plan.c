@@ -30,3 +30,16 @@ fdec_split fdec_make_split(const fdec_problem *p, uint32_t lanes, uint32_t min_c
     s.num_chunks = (uint32_t)((n + len - 1) / len);
     return s;
 }
+
+uint32_t fdec_split_bound(const fdec_problem *p, uint32_t lanes, uint32_t min_chunk, uint32_t max_chunks) {
+    const uint64_t n = (uint64_t)p->seq_len - p->lo;
+    if (min_chunk < 1) min_chunk = 1;
+    if (lanes < 1) lanes = 1;
+    if (max_chunks < 1) max_chunks = 1;
+    /* a call of n' <= n positions takes at most min(ceil(n' / min_chunk), lanes, max_chunks) chunks: rounding the
+     * chunk length up only lowers the count */
+    uint64_t nc = (n + min_chunk - 1) / min_chunk;
+    if (nc > lanes) nc = lanes;
+    if (nc > max_chunks) nc = max_chunks;
+    return nc < 1 ? 1 : (uint32_t)nc;
+}

@@ -826,6 +826,44 @@ static void test_cuda_graph(void) {
     fd_problem_free(&pa), fd_problem_free(&pb);
 }
 
+/* The split's reserve bound (plan.c, fdec_split_bound): for every length n' <= n, fdec_make_split gives at most
+ * fdec_split_bound(n) chunks, for the lanes, shortest chunks and caps the backends use. The chunk count itself is
+ * not monotone in the length (a chunk's length is rounded up to 32 positions): the test also asserts that such a
+ * case occurs, so that it checks the case the bound is for. */
+static void test_split_bound(void) {
+    static const uint32_t lanes[] = {1, 2, 3, 8, 16, 33, 64, 66, 128, 132};
+    static const uint32_t mins[] = {1, 32, 64, 100, 512};
+    static const uint32_t caps[] = {64, 128};
+    int bad = 0, dips = 0;
+    long checked = 0;
+    fdec_problem p;
+    memset(&p, 0, sizeof p);
+    for (size_t li = 0; li < sizeof lanes / sizeof lanes[0]; li++)
+        for (size_t mi = 0; mi < sizeof mins / sizeof mins[0]; mi++)
+            for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ci++) {
+                uint32_t most = 0, prev = 0;
+                for (uint32_t n = 1; n <= 40000; n += n < 5000 ? 1 : 97) {
+                    p.lo = n % 7 == 0 ? 1000 : 0; /* a window's start too */
+                    p.seq_len = p.lo + n;
+                    const fdec_split s = fdec_make_split(&p, lanes[li], mins[mi], caps[ci]);
+                    if (s.num_chunks < prev) dips++;
+                    prev = s.num_chunks;
+                    if (s.num_chunks > most) most = s.num_chunks;
+                    const uint32_t b = fdec_split_bound(&p, lanes[li], mins[mi], caps[ci]);
+                    if (b < most || b > caps[ci]) {
+                        if (!bad++)
+                            check(0, "split bound: lanes %u, min %u, cap %u, n %u: bound %u below %u chunks of a "
+                                     "shorter call (or above the cap)", lanes[li], mins[mi], caps[ci], n, b, most);
+                    }
+                    checked++;
+                }
+            }
+    check(bad == 0, "split bound: %d lengths with a shorter call above the bound", bad);
+    check(dips > 0, "split bound: the chunk count never fell with a longer call, so the bound went untested");
+    printf("split bound: %ld lengths, %d where a longer call takes fewer chunks, bound %s\n", checked, dips,
+           bad ? "FAILED" : "held");
+}
+
 /* A reserve covers every shorter call of the layer, not only one of its length: after fdec_context_reserve(n) each
  * call of n' <= n captures into a CUDA graph (a call that needed more scratch would be refused during capture).
  * The split's rules can give a shorter call more chunks than a longer one (at head_dim 512 up to 64 chunks of 32
@@ -924,6 +962,7 @@ int main(int argc, char **argv) {
     test_numerics(pc, npc);
     test_nonfinite(pc, npc);
     test_merge();
+    test_split_bound();
     if (g_cuda) test_cuda_graph();
     if (g_cuda) test_cuda_reserve_bound();
     else {

@@ -113,23 +113,17 @@ static fdec_status choose_path(fdec_cpu_path want, fdec_cpu_path *out) {
 
 static uint32_t padded_dim(uint32_t D) { return (D + 15) / 16 * 16; }
 
-/* bound (may be NULL): the most chunks of any call of p's shape up to p's length, for a reserve's scratch. The
- * count is not monotone in the length (a chunk's length is rounded up, which can leave a longer call fewer
- * chunks), so the bound is the count before rounding; the lanes only grow with the length. */
+/* bound (may be NULL): the most chunks of any call of p's shape up to p's length, for a reserve's scratch
+ * (fdec_split_bound; the lanes only grow with the length). */
 static fdec_split cpu_split(const cpu_impl *c, const fdec_problem *p, uint32_t *bound) {
     size_t bytes_per_pos = 2 * (size_t)p->G * p->D * fdec_dtype_size(p->kvt);
     size_t min_chunk = MIN_CHUNK_BYTES / bytes_per_pos;
     if (min_chunk < FDEC_CPU_NB) min_chunk = FDEC_CPU_NB;
-    const size_t n = (size_t)(p->seq_len - p->lo), call_bytes = n * bytes_per_pos; /* the attended positions */
+    const uint32_t mc = (uint32_t)(min_chunk > UINT32_MAX ? UINT32_MAX : min_chunk);
+    const size_t call_bytes = (size_t)(p->seq_len - p->lo) * bytes_per_pos; /* the attended positions */
     uint32_t lanes = c->threads > 1 ? c->threads * (call_bytes >= LONG_CALL_BYTES ? CHUNKS_PER_THREAD : 1) : 1;
-    fdec_split s = fdec_make_split(p, lanes, (uint32_t)(min_chunk > UINT32_MAX ? UINT32_MAX : min_chunk), MAX_CHUNKS);
-    if (bound) {
-        size_t b = (n + min_chunk - 1) / min_chunk;
-        if (b > lanes) b = lanes;
-        if (b > MAX_CHUNKS) b = MAX_CHUNKS;
-        *bound = b > s.num_chunks ? (uint32_t)b : s.num_chunks;
-    }
-    return s;
+    if (bound) *bound = fdec_split_bound(p, lanes, mc, MAX_CHUNKS);
+    return fdec_make_split(p, lanes, mc, MAX_CHUNKS);
 }
 
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)

@@ -187,22 +187,18 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     }
 #endif
     if (reserve) {
-        /* the chunk count is not monotone in the length: a chunk's length is rounded up (fdec_make_split), which
-         * can leave a longer call fewer chunks (LFM2: 16 at 1024 positions, 11 at 2100), and the head_dim 512 rule
-         * above gives up to 64 where a longer call takes 33. Bound both by the counts before rounding. */
-        const uint64_t n = (uint64_t)lp.split.hi - lp.split.lo;
-        const uint64_t most = lanes < MAX_CHUNKS ? lanes : MAX_CHUNKS; /* fdec_make_split's caps */
-        uint64_t b = (n + c->min_chunk - 1) / c->min_chunk;
-        if (b > most) b = most;
+        /* every call up to p's length (the chunk count is not monotone in the length: fdec_split_bound), also one
+         * that takes the head_dim 512 rule above where p's length does not (up to 64 chunks where a longer call
+         * takes 33) */
+        uint32_t b = fdec_split_bound(p, lanes, c->min_chunk, MAX_CHUNKS);
 #if D512_MIN_CHUNK
         if (c->min_chunk == MIN_CHUNK && p->D >= 512) {
-            uint64_t b2 = (n + D512_MIN_CHUNK - 1) / D512_MIN_CHUNK;
-            if (b2 > most) b2 = most;
+            uint32_t b2 = fdec_split_bound(p, lanes, D512_MIN_CHUNK, MAX_CHUNKS);
             if (b2 > FDEC_MERGE_SMALL_MAX) b2 = FDEC_MERGE_SMALL_MAX; /* taken only up to that */
             if (b < b2) b = b2;
         }
 #endif
-        if (b > lp.split.num_chunks) lp.split.num_chunks = (uint32_t)b;
+        if (b > lp.split.num_chunks) lp.split.num_chunks = b;
     }
     /* shared memory: the warps' states [2 + D] per head, in the ring's memory after the loop */
     lp.smem = (2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D) * sizeof(float);

@@ -911,7 +911,7 @@ static void test_cuda_reserve_bound(void) {
             inputs_free(&in);
             fd_problem_free(&pr);
         }
-    printf("reserve bound: %d shorter calls captured after a reserve\n", checked);
+    printf("reserve bound: %d calls up to a reserve's length checked under graph capture\n", checked);
 }
 
 /* ---- 6. the README example ---- */

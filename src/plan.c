@@ -12,34 +12,27 @@
  * kernels' position blocks (the CPU kernels work in blocks of 32, see cpu/kern.h). */
 #define CHUNK_ALIGN 32u
 
-fdec_split fdec_make_split(const fdec_problem *p, uint32_t lanes, uint32_t min_chunk, uint32_t max_chunks) {
-    fdec_split s;
-    s.lo = p->lo;
-    s.hi = p->seq_len;
-    uint64_t n = (uint64_t)s.hi - s.lo; /* >= 1 */
-    if (min_chunk < 1) min_chunk = 1;
-    if (lanes < 1) lanes = 1;
-    if (max_chunks < 1) max_chunks = 1;
-    uint64_t nc = (n + min_chunk - 1) / min_chunk;
-    if (nc > lanes) nc = lanes;
-    if (nc > max_chunks) nc = max_chunks;
-    if (nc < 1) nc = 1;
-    uint64_t len = (n + nc - 1) / nc;
-    if (nc > 1) len = (len + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
-    s.chunk_len = (uint32_t)len;
-    s.num_chunks = (uint32_t)((n + len - 1) / len);
-    return s;
-}
-
+/* The chunk count before the chunk length is rounded up: min(ceil(n / min_chunk), lanes, max_chunks), at least 1.
+ * A call of n' <= n positions takes at most this many chunks, as rounding the length up only lowers the count. */
 uint32_t fdec_split_bound(const fdec_problem *p, uint32_t lanes, uint32_t min_chunk, uint32_t max_chunks) {
     const uint64_t n = (uint64_t)p->seq_len - p->lo;
     if (min_chunk < 1) min_chunk = 1;
     if (lanes < 1) lanes = 1;
     if (max_chunks < 1) max_chunks = 1;
-    /* a call of n' <= n positions takes at most min(ceil(n' / min_chunk), lanes, max_chunks) chunks: rounding the
-     * chunk length up only lowers the count */
     uint64_t nc = (n + min_chunk - 1) / min_chunk;
     if (nc > lanes) nc = lanes;
     if (nc > max_chunks) nc = max_chunks;
     return nc < 1 ? 1 : (uint32_t)nc;
+}
+
+fdec_split fdec_make_split(const fdec_problem *p, uint32_t lanes, uint32_t min_chunk, uint32_t max_chunks) {
+    fdec_split s;
+    s.lo = p->lo;
+    s.hi = p->seq_len;
+    const uint64_t n = (uint64_t)s.hi - s.lo, nc = fdec_split_bound(p, lanes, min_chunk, max_chunks); /* n >= 1 */
+    uint64_t len = (n + nc - 1) / nc;
+    if (nc > 1) len = (len + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
+    s.chunk_len = (uint32_t)len;
+    s.num_chunks = (uint32_t)((n + len - 1) / len);
+    return s;
 }

@@ -44,6 +44,19 @@
 #ifndef FDEC_MMA_D64_STAGES
 #define FDEC_MMA_D64_STAGES 6
 #endif
+/* The same at head_dim 128 and 512 (settable for measurements): at 512, where one block runs on an SM
+ * (D512_ONE_BLOCK_PER_SM, cuda.cu), 5 or 6 stages of 32 KiB were 2-5% slower at 32k, 3 of 64 KiB even, 2 of 64 KiB
+ * 3% faster at 131k but 3% slower at 32k; at 128 one block an SM of 6 stages was 1.5x slower (bench/NOTES.md, CUDA
+ * log row 33). */
+#ifndef FDEC_MMA_D128_STAGES
+#define FDEC_MMA_D128_STAGES FDEC_MMA_STAGES
+#endif
+#ifndef FDEC_MMA_D512_STAGE_BYTES
+#define FDEC_MMA_D512_STAGE_BYTES FDEC_MMA_STAGE_BYTES
+#endif
+#ifndef FDEC_MMA_D512_STAGES
+#define FDEC_MMA_D512_STAGES FDEC_MMA_STAGES
+#endif
 /* 1: at head_dim 64 (cp.async, each warp its own rows) the four warps' rows of a step interleave (warp w takes
  * positions w, w + 4, ...), so that the block reads one contiguous range of a step together rather than each warp
  * its own quarter at its own pace. Head-major LFM2 131k 82.0/83.5 -> 74.8/75.1 us, the dense layout even
@@ -75,6 +88,13 @@
  * warps, each warp's rows on its own mbarrier, every warp waiting for all four. Gemma 4 full 131k 178 -> 166 us,
  * 32k 55.8 -> 53.5, Gemma sliding-full 131k 326 -> 307, 32k 88.6 -> 84.3; 4k at head_dim 512 0.4 us slower
  * (bench/NOTES.md, CUDA log row 29). 0: cp.async at head_dim 256 and 512. */
+/* 1: at head_dim 128 a warp's bulk copies are issued row after row with warp-uniform operands (fdec_bulk_copy_elect)
+ * instead of each lane its own rows, which the compiler serialises over the lanes (9 instructions and 4 moves to
+ * uniform registers a copy). Llama-3-8B 4k 11.0 -> 10.7 us, 32k 39.3 -> 38.9 (head-major 41.2 -> 40.4), 131k even,
+ * 1k 7.1 -> 7.3; at head_dim 256 and 512 it was 2-17% slower (bench/NOTES.md, CUDA log row 33). */
+#ifndef FDEC_MMA_UNIFORM_ISSUE
+#define FDEC_MMA_UNIFORM_ISSUE 1
+#endif
 #ifndef FDEC_MMA_TMA_WIDE
 #define FDEC_MMA_TMA_WIDE 1
 #endif
@@ -89,8 +109,13 @@ struct fdec_mma_shape {
     static constexpr int DW = D < 128 ? D : 128;                    /* dimensions per warp */
     static constexpr int WD = D / DW;                               /* warps per position group: 1, 1, 2, 4 */
     static constexpr int WP = FDEC_CUDA_WARPS / WD;                 /* position groups */
-    static constexpr int STAGE_BYTES = D == 64 ? FDEC_MMA_D64_STAGE_BYTES : FDEC_MMA_STAGE_BYTES;
-    static constexpr int STAGES = D == 64 ? FDEC_MMA_D64_STAGES : FDEC_MMA_STAGES;
+    static constexpr int STAGE_BYTES = D == 64    ? FDEC_MMA_D64_STAGE_BYTES
+                                      : D == 512 ? FDEC_MMA_D512_STAGE_BYTES
+                                                 : FDEC_MMA_STAGE_BYTES;
+    static constexpr int STAGES = D == 64    ? FDEC_MMA_D64_STAGES
+                                 : D == 512 ? FDEC_MMA_D512_STAGES
+                                 : D == 128 ? FDEC_MMA_D128_STAGES
+                                            : FDEC_MMA_STAGES;
     static constexpr int NP = STAGE_BYTES / (4 * D);                /* positions per stage: 128, 64, 32, 16 */
     static constexpr int PW = NP / WP;                              /* positions per warp per stage */
     static constexpr int NT = PW / 8;                               /* score tiles (8 positions) per warp */
@@ -143,6 +168,20 @@ __device__ __forceinline__ void fdec_bulk_copy(void *smem, const void *gmem, int
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                      (unsigned)__cvta_generic_to_shared(smem)),
+                 "l"(gmem), "r"(bytes), "r"(bar)
+                 : "memory");
+#else
+    (void)smem, (void)gmem, (void)bytes, (void)bar;
+#endif
+}
+
+/* The same issued by one elected lane of a converged warp whose every lane passes the same (warp-uniform) operands,
+ * so that they can stay in uniform registers: no loop over the lanes' distinct values. */
+__device__ __forceinline__ void fdec_bulk_copy_elect(unsigned smem, const void *gmem, int bytes, unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n .reg .pred e;\n elect.sync _|e, 0xffffffff;\n"
+                 " @e cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n}\n" ::"r"(
+                     smem),
                  "l"(gmem), "r"(bytes), "r"(bar)
                  : "memory");
 #else
@@ -289,7 +328,20 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
                 asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;\n" ::"r"(bar),
                              "r"(nvalid * 2 * D * (int)sizeof(KT)) : "memory");
             __syncwarp();
-            for (int i = lane; i < WR; i += 32) {
+            constexpr bool UNI = FDEC_MMA_UNIFORM_ISSUE && WD == 1;
+            if constexpr (UNI) {
+                /* the warp's values through a shuffle from lane 0, so that the compiler knows they are warp-uniform */
+                const int r0u = __shfl_sync(0xffffffffu, r0, 0), nv = __shfl_sync(0xffffffffu, nvalid, 0);
+                const unsigned kd0 = (unsigned)__cvta_generic_to_shared(ks_) + r0u * S::RP,
+                               vd0 = (unsigned)__cvta_generic_to_shared(vs_) + r0u * S::RP,
+                               baru = __shfl_sync(0xffffffffu, bar, 0);
+                for (int i = 0; i < nv; i++) {
+                    const uint32_t row = fdec_cache_row(p, base + r0u + i);
+                    fdec_bulk_copy_elect(kd0 + i * S::RP, kbase + (size_t)row * p.ps, D * (int)sizeof(KT), baru);
+                    fdec_bulk_copy_elect(vd0 + i * S::RP, vbase + (size_t)row * p.ps, D * (int)sizeof(KT), baru);
+                }
+            }
+            for (int i = (UNI ? nvalid : 0) + lane; i < WR; i += 32) { /* with UNI only the rows past the chunk */
                 const int r = r0 + i;
                 unsigned char *kd = reinterpret_cast<unsigned char *>(ks_) + r * S::RP,
                               *vd = reinterpret_cast<unsigned char *>(vs_) + r * S::RP;

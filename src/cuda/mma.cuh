@@ -91,7 +91,8 @@
 /* 1: at head_dim 128 a warp's bulk copies are issued row after row with warp-uniform operands (fdec_bulk_copy_elect)
  * instead of each lane its own rows, which the compiler serialises over the lanes (9 instructions and 4 moves to
  * uniform registers a copy). Llama-3-8B 4k 11.0 -> 10.7 us, 32k 39.3 -> 38.9 (head-major 41.2 -> 40.4), 131k even,
- * 1k 7.1 -> 7.3; at head_dim 256 and 512 it was 2-17% slower (bench/NOTES.md, CUDA log row 33). */
+ * 1k 7.1 -> 7.3; at head_dim 256 and 512 it was 2-17% slower (bench/NOTES.md, CUDA log row 33; `UNI` in the issue
+ * code below limits it to head_dim 128). */
 #ifndef FDEC_MMA_UNIFORM_ISSUE
 #define FDEC_MMA_UNIFORM_ISSUE 1
 #endif

@@ -19,7 +19,8 @@
  * add their partial scores through shared memory. A stage holds NP = 32 KiB / (4 D) positions of K and V
  * (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); FDEC_MMA_STAGES
  * stages are in flight. At head_dim 128, 256 and 512 on sm_90 the rows come by bulk copies instead (FDEC_MMA_TMA,
- * FDEC_MMA_TMA_WIDE), one per row, completing on an mbarrier per warp and stage, into rows padded by 16 bytes.
+ * FDEC_MMA_TMA_WIDE), one per row, completing on an mbarrier per warp and stage, into rows padded by 16 bytes (at
+ * head_dim 128 issued with warp-uniform operands, FDEC_MMA_UNIFORM_ISSUE).
  * At D <= 128 each warp copies and waits for its own rows, with no block barrier in the loop (at D = 64 a warp's
  * rows are every fourth position of the step, FDEC_MMA_INTERLEAVE); at D >= 256 the block's warps copy a quarter
  * of the step each and every warp waits for the whole step (with cp.async there, FDEC_MMA_TMA_WIDE = 0, the rows
@@ -84,10 +85,6 @@
 #ifndef FDEC_MMA_TMA
 #define FDEC_MMA_TMA 1
 #endif
-/* 1: bulk copies at head_dim 256 and 512 too (rows of 512 and 1024 bytes), the block's step split among its four
- * warps, each warp's rows on its own mbarrier, every warp waiting for all four. Gemma 4 full 131k 178 -> 166 us,
- * 32k 55.8 -> 53.5, Gemma sliding-full 131k 326 -> 307, 32k 88.6 -> 84.3; 4k at head_dim 512 0.4 us slower
- * (bench/NOTES.md, CUDA log row 29). 0: cp.async at head_dim 256 and 512. */
 /* 1: at head_dim 128 a warp's bulk copies are issued row after row with warp-uniform operands (fdec_bulk_copy_elect)
  * instead of each lane its own rows, which the compiler serialises over the lanes (9 instructions and 4 moves to
  * uniform registers a copy). Llama-3-8B 4k 11.0 -> 10.7 us, 32k 39.3 -> 38.9 (head-major 41.2 -> 40.4), 131k even,
@@ -96,6 +93,10 @@
 #ifndef FDEC_MMA_UNIFORM_ISSUE
 #define FDEC_MMA_UNIFORM_ISSUE 1
 #endif
+/* 1: bulk copies at head_dim 256 and 512 too (rows of 512 and 1024 bytes), the block's step split among its four
+ * warps, each warp's rows on its own mbarrier, every warp waiting for all four. Gemma 4 full 131k 178 -> 166 us,
+ * 32k 55.8 -> 53.5, Gemma sliding-full 131k 326 -> 307, 32k 88.6 -> 84.3; 4k at head_dim 512 0.4 us slower
+ * (bench/NOTES.md, CUDA log row 29). 0: cp.async at head_dim 256 and 512. */
 #ifndef FDEC_MMA_TMA_WIDE
 #define FDEC_MMA_TMA_WIDE 1
 #endif

@@ -892,7 +892,13 @@ static void test_cuda_reserve_bound(void) {
             fdec_options o = fdec_default_options();
             o.cuda_stream = g_stream;
             fdec_context *ctx;
-            fdec_context_create(FDEC_BACKEND_CUDA, &o, &ctx);
+            if (!dout || fdec_context_create(FDEC_BACKEND_CUDA, &o, &ctx) != FDEC_OK) {
+                check(0, "reserve bound: context or output buffer: %s", fdec_last_error());
+                fd_dev_free(dout);
+                inputs_free(&in);
+                fd_problem_free(&pr);
+                continue;
+            }
             check(fdec_context_reserve(ctx, &L, n) == FDEC_OK, "reserve bound: reserve: %s", fdec_last_error());
             const uint32_t lens[] = {n, n - 20, n * 3 / 4, n / 2, 2080, 2048, 1100, 1024, 500, 64, 1};
             for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
@@ -963,9 +969,10 @@ int main(int argc, char **argv) {
     test_nonfinite(pc, npc);
     test_merge();
     test_split_bound();
-    if (g_cuda) test_cuda_graph();
-    if (g_cuda) test_cuda_reserve_bound();
-    else {
+    if (g_cuda) {
+        test_cuda_graph();
+        test_cuda_reserve_bound();
+    } else {
         test_determinism_threads();
         test_concurrency();
     }

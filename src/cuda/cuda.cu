@@ -42,10 +42,6 @@ extern "C" {
 #ifndef D64_ONE_BLOCK_PER_SM
 #define D64_ONE_BLOCK_PER_SM 1
 #endif
-/* 1: the same at head_dim 128, for measurements: 1.5x slower, also with six stages (CUDA log rows 32 and 33). */
-#ifndef D128_ONE_BLOCK_PER_SM
-#define D128_ONE_BLOCK_PER_SM 0
-#endif
 /* Most chunks per head: bounds the scratch and the merge's loop. */
 #define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 
@@ -174,8 +170,7 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
      * loop's compute compiled out: CUDA log row 24) */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
     uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
-    if (lp.mma && ((D512_ONE_BLOCK_PER_SM && p->D >= 512) || (D64_ONE_BLOCK_PER_SM && p->D == 64) ||
-                   (D128_ONE_BLOCK_PER_SM && p->D == 128))) {
+    if (lp.mma && ((D512_ONE_BLOCK_PER_SM && p->D >= 512) || (D64_ONE_BLOCK_PER_SM && p->D == 64))) {
         lanes = (uint32_t)c->sms / per_chunk_blocks; /* at most one block an SM */
         if (lanes < 1) lanes = 1;
         if (lanes > FDEC_MERGE_SMALL_MAX && (uint64_t)FDEC_MERGE_SMALL_MAX * per_chunk_blocks * 16 >= (uint64_t)c->sms * 15)

@@ -45,13 +45,9 @@
 #ifndef FDEC_MMA_D64_STAGES
 #define FDEC_MMA_D64_STAGES 6
 #endif
-/* The same at head_dim 128 and 512 (settable for measurements): at 512, where one block runs on an SM
- * (D512_ONE_BLOCK_PER_SM, cuda.cu), 5 or 6 stages of 32 KiB were 2-5% slower at 32k, 3 of 64 KiB even, 2 of 64 KiB
- * 3% faster at 131k but 3% slower at 32k; at 128 one block an SM of 6 stages was 1.5x slower (bench/NOTES.md, CUDA
- * log row 33). */
-#ifndef FDEC_MMA_D128_STAGES
-#define FDEC_MMA_D128_STAGES FDEC_MMA_STAGES
-#endif
+/* The same at head_dim 512 (settable for measurements), where one block runs on an SM (D512_ONE_BLOCK_PER_SM,
+ * cuda.cu): 5 or 6 stages of 32 KiB were 2-5% slower at 32k, 3 of 64 KiB even, 2 of 64 KiB 3% faster at 131k in the
+ * dense layout but 3% slower at 32k (bench/NOTES.md, CUDA log row 33). */
 #ifndef FDEC_MMA_D512_STAGE_BYTES
 #define FDEC_MMA_D512_STAGE_BYTES FDEC_MMA_STAGE_BYTES
 #endif
@@ -116,7 +112,6 @@ struct fdec_mma_shape {
                                                  : FDEC_MMA_STAGE_BYTES;
     static constexpr int STAGES = D == 64    ? FDEC_MMA_D64_STAGES
                                  : D == 512 ? FDEC_MMA_D512_STAGES
-                                 : D == 128 ? FDEC_MMA_D128_STAGES
                                             : FDEC_MMA_STAGES;
     static constexpr int NP = STAGE_BYTES / (4 * D);                /* positions per stage: 128, 64, 32, 16 */
     static constexpr int PW = NP / WP;                              /* positions per warp per stage */

@@ -125,9 +125,11 @@ static size_t mma_smem(uint32_t D) {
     }
 }
 
+static int mma_warps(uint32_t D) { return D == 512 ? fdec_mma_shape<512>::NW : FDEC_CUDA_WARPS; }
+
 typedef struct {
     partial_fn fn;
-    int rt, tiles, fast, mma;
+    int rt, tiles, fast, mma, threads;
     size_t smem, pipe;
     fdec_split split;
 } launch_plan;
@@ -165,6 +167,7 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
         }
     /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them */
     lp.pipe = lp.mma ? mma_smem(p->D) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
+    lp.threads = (lp.mma ? mma_warps(p->D) : FDEC_CUDA_WARPS) * 32;
     /* split: FDEC_CUDA_BLOCKS_PER_SM blocks for every SM (one at head_dim 64 and 512: D64_ONE_BLOCK_PER_SM,
      * D512_ONE_BLOCK_PER_SM), one wave (2 and 4 waves of shorter chunks were 2-34% slower, also with the decode
      * loop's compute compiled out: CUDA log row 24) */
@@ -202,6 +205,7 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     }
     /* shared memory: the warps' states [2 + D] per head, in the ring's memory after the loop */
     lp.smem = (2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D) * sizeof(float);
+    /* (the tensor-core kernel's tail takes one state a position group, at most FDEC_CUDA_WARPS of them) */
     if (lp.smem < lp.pipe) lp.smem = lp.pipe;
     return lp;
 }
@@ -298,7 +302,7 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3((unsigned)lp.tiles, nc, p->G);
-    cfg.blockDim = dim3(FDEC_CUDA_WARPS * 32, 1, 1);
+    cfg.blockDim = dim3((unsigned)lp.threads, 1, 1);
     cfg.dynamicSmemBytes = lp.smem;
     cfg.stream = c->stream;
     cfg.attrs = attr;

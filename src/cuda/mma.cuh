@@ -14,17 +14,18 @@
  * q is first multiplied by a power of two per head (exact) so that its 16-bit terms neither overflow nor
  * lose digits to subnormals; p by 2^15 for f16 for the same reason (l carries the same factor).
  *
- * Block = 4 warps. A warp owns DW = min(D, 128) dimensions (q fragments and the O accumulator, 64 registers)
- * and PW positions of each staged step: at D = 256 two warps, at D = 512 four warps share a position group and
- * add their partial scores through shared memory. A stage holds NP = 32 KiB / (4 D) positions of K and V
- * (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); FDEC_MMA_STAGES
+ * Block = 4 warps (8 at D = 512, FDEC_MMA_D512_WARPS). A warp owns DW = min(D, 128) dimensions (q fragments and
+ * the O accumulator, 64 registers) and PW positions of each staged step: at D = 256 two warps, at D = 512 four warps
+ * share a position group and add their partial scores through shared memory (each group on its own named barrier,
+ * FDEC_MMA_GROUP_BARRIERS). A stage holds NP = 32 KiB / (4 D) positions of K and V a group of four
+ * warps (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); FDEC_MMA_STAGES
  * stages are in flight. At head_dim 128, 256 and 512 on sm_90 the rows come by bulk copies instead (FDEC_MMA_TMA,
  * FDEC_MMA_TMA_WIDE), one per row, completing on an mbarrier per warp and stage, into rows padded by 16 bytes (at
  * head_dim 128 issued with warp-uniform operands, FDEC_MMA_UNIFORM_ISSUE).
  * At D <= 128 each warp copies and waits for its own rows, with no block barrier in the loop (at D = 64 a warp's
- * rows are every fourth position of the step, FDEC_MMA_INTERLEAVE); at D >= 256 the block's warps copy a quarter
- * of the step each and every warp waits for the whole step (with cp.async there, FDEC_MMA_TMA_WIDE = 0, the rows
- * FDEC_MMA_PREFETCH steps ahead can also be prefetched into L2). After the loop each position group is one
+ * rows are every fourth position of the step, FDEC_MMA_INTERLEAVE); at D >= 256 with bulk copies each warp copies
+ * its share of its group's rows and waits for all of them (with cp.async, FDEC_MMA_TMA_WIDE = 0, the whole block
+ * copies the step and waits for it, and the rows FDEC_MMA_PREFETCH steps ahead can be prefetched into L2). After the loop each position group is one
  * partial state, and the block's tail (kernels.cuh, fdec_block_tail) merges them and writes the chunk state;
  * the merge kernel (kernels.cuh) merges the chunks.
  */
@@ -45,14 +46,29 @@
 #ifndef FDEC_MMA_D64_STAGES
 #define FDEC_MMA_D64_STAGES 6
 #endif
-/* The same at head_dim 512 (settable for measurements), where one block runs on an SM (D512_ONE_BLOCK_PER_SM,
- * cuda.cu): 5 or 6 stages of 32 KiB were 2-5% slower at 32k, 3 of 64 KiB even, 2 of 64 KiB 3% faster at 131k in the
- * dense layout but 3% slower at 32k (bench/NOTES.md, CUDA log row 33). */
+/* Warps a block at head_dim 512, where one block runs on an SM (D512_ONE_BLOCK_PER_SM, cuda.cu): 8, two position
+ * groups of four warps, each group 16 positions of a 64 KiB stage of 32 (with FDEC_MMA_GROUP_BARRIERS each group on
+ * its own rows and barriers), instead of 4 warps and one group on stages of 32 KiB: Gemma 4 full 32k 41.35 -> 40.8
+ * us, 131k 137.55 -> 133.65, head-major 32k 44.3 -> 41.7 with the fast tail (bench/NOTES.md, CUDA log row 34). */
+#ifndef FDEC_MMA_D512_WARPS
+#define FDEC_MMA_D512_WARPS 8
+#endif
+/* The stages at head_dim 512 (settable for measurements; by default 32 KiB a group of four warps). With one group:
+ * 5 or 6 stages of 32 KiB were 2-5% slower at 32k, 3 of 64 KiB even, 2 of 64 KiB 3% faster at 131k in the dense
+ * layout but 3% slower at 32k (bench/NOTES.md, CUDA log row 33). */
 #ifndef FDEC_MMA_D512_STAGE_BYTES
-#define FDEC_MMA_D512_STAGE_BYTES FDEC_MMA_STAGE_BYTES
+#define FDEC_MMA_D512_STAGE_BYTES (FDEC_MMA_STAGE_BYTES / FDEC_CUDA_WARPS * FDEC_MMA_D512_WARPS)
 #endif
 #ifndef FDEC_MMA_D512_STAGES
 #define FDEC_MMA_D512_STAGES FDEC_MMA_STAGES
+#endif
+/* 1: with bulk copies, where a block has several position groups of several warps (head_dim 256, and 512 with 8
+ * warps), each group's warps copy the group's own rows, wait only for them and meet on the group's own named
+ * barrier (1 + group) instead of the block's, so that the groups drift apart as the warps of head_dim <= 128 do.
+ * Gemma 4 sliding-full 4k 14.1 -> 13.9 us, 32k 71.9 -> 71.35, the window 7.2 -> 7.1 (bench/NOTES.md, CUDA log
+ * row 34). */
+#ifndef FDEC_MMA_GROUP_BARRIERS
+#define FDEC_MMA_GROUP_BARRIERS 1
 #endif
 /* 1: at head_dim 64 (cp.async, each warp its own rows) the four warps' rows of a step interleave (warp w takes
  * positions w, w + 4, ...), so that the block reads one contiguous range of a step together rather than each warp
@@ -106,7 +122,9 @@ template <int D>
 struct fdec_mma_shape {
     static constexpr int DW = D < 128 ? D : 128;                    /* dimensions per warp */
     static constexpr int WD = D / DW;                               /* warps per position group: 1, 1, 2, 4 */
-    static constexpr int WP = FDEC_CUDA_WARPS / WD;                 /* position groups */
+    static constexpr int NW = D == 512 ? FDEC_MMA_D512_WARPS : FDEC_CUDA_WARPS; /* warps a block */
+    static constexpr int MINB = NW > FDEC_CUDA_WARPS ? 1 : FDEC_CUDA_BLOCKS_PER_SM; /* blocks an SM (launch bounds) */
+    static constexpr int WP = NW / WD;                              /* position groups */
     static constexpr int STAGE_BYTES = D == 64    ? FDEC_MMA_D64_STAGE_BYTES
                                       : D == 512 ? FDEC_MMA_D512_STAGE_BYTES
                                                  : FDEC_MMA_STAGE_BYTES;
@@ -121,11 +139,12 @@ struct fdec_mma_shape {
     static constexpr int CH = D / 8;                                /* 16-byte pieces per row */
     /* who copies a step's rows: at D <= 128 (WD = 1) each warp its own PW rows, so a warp depends on no other
      * warp in the loop (no block barrier); else the whole block all NP rows */
-    static constexpr int CT = WD == 1 ? 32 : FDEC_CUDA_WARPS * 32; /* copying threads */
+    static constexpr int CT = WD == 1 ? 32 : NW * 32;               /* copying threads */
     static constexpr int CR = WD == 1 ? PW : NP;                    /* rows they copy */
     static constexpr int ROWS_PER_PASS = CT / CH;                   /* rows one cp.async pass covers */
     static_assert(NT % 2 == 0 && PW % 16 == 0, "P V takes positions 16 at a time");
     static_assert(CH >= 8, "the swizzle needs 8 pieces per row");
+    static_assert(WP <= FDEC_CUDA_WARPS, "the host sizes the tail's shared memory for at most that many states");
     /* the bulk-copy layout: rows padded to RP bytes (16 more than a row, so ldmatrix meets no bank conflicts) */
     static constexpr int RP = D * 2 + 16;
     static constexpr int TSB = 2 * NP * RP; /* bytes of a stage of K and V rows */
@@ -138,7 +157,7 @@ constexpr size_t fdec_mma_smem_bytes() {
     /* the ring, and at D > 128 the partial scores the warps of a group exchange */
     return (size_t)fdec_mma_shape<D>::STAGES *
                (fdec_mma_shape<D>::BULK ? (size_t)fdec_mma_shape<D>::TSB : (size_t)fdec_mma_shape<D>::STAGE_BYTES) +
-           (fdec_mma_shape<D>::WD > 1 ? (size_t)FDEC_CUDA_WARPS * 32 * fdec_mma_shape<D>::NT * 2 * sizeof(float) : 0);
+           (fdec_mma_shape<D>::WD > 1 ? (size_t)fdec_mma_shape<D>::NW * 32 * fdec_mma_shape<D>::NT * 2 * sizeof(float) : 0);
 }
 
 __device__ __forceinline__ void fdec_cp_async16_zfill(void *smem, const void *gmem, bool full) {
@@ -233,7 +252,7 @@ __device__ __forceinline__ void fdec_split16(float x, float (&t)[3]) {
 }
 
 template <typename KT, int D>
-__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM) fdec_mma_kernel(const fdec_cuda_params p) {
+__global__ void __launch_bounds__(fdec_mma_shape<D>::NW * 32, fdec_mma_shape<D>::MINB) fdec_mma_kernel(const fdec_cuda_params p) {
     using S = fdec_mma_shape<D>;
     constexpr int NSTAGE = S::STAGES;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
@@ -261,6 +280,10 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr bool TMA = FDEC_MMA_TMA_ARCH && S::BULK;
     constexpr int SB = TMA ? S::TSB : S::STAGE_BYTES;
+    /* group barriers (FDEC_MMA_GROUP_BARRIERS): with bulk copies warp w copies rows w WR .. of a step, which are its
+     * own position group's (WR WD = PW), so a group depends on no other group in the loop */
+    constexpr bool GB = FDEC_MMA_GROUP_BARRIERS && TMA && WD > 1 && WP > 1;
+    static_assert(!GB || (NP / S::NW) * WD == PW, "a group's warps copy the group's rows");
     /* stage s: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)); with
      * bulk copies, at byte r * RP + 16 c */
     auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * SB); };
@@ -273,7 +296,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     };
     float *xs = reinterpret_cast<float *>(smem_raw + (size_t)NSTAGE * SB);
 #if FDEC_MMA_TMA_ARCH
-    __shared__ __align__(8) uint64_t bars[FDEC_CUDA_WARPS][NSTAGE]; /* a warp's stages' arrivals (bulk copies) */
+    __shared__ __align__(8) uint64_t bars[S::NW][NSTAGE]; /* a warp's stages' arrivals (bulk copies) */
     if constexpr (TMA) {
         if (lane == 0) {
             for (int i = 0; i < NSTAGE; i++) {
@@ -316,7 +339,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         uint4 *ks_ = kst(s), *vs_ = vst(s);
 #if FDEC_MMA_TMA_ARCH
         if constexpr (TMA) { /* this warp's WR rows: lane i copies rows r0 + i, + 32, ... */
-            constexpr int WR = WD == 1 ? PW : NP / FDEC_CUDA_WARPS; /* at D >= 256 a quarter of the block's step */
+            constexpr int WR = WD == 1 ? PW : NP / S::NW; /* at D >= 256 a warp's share of the block's step */
             const int r0 = WD == 1 ? pg * PW : warp * WR;
             const uint64_t lim = c1 > base + r0 ? c1 - (base + r0) : 0; /* rows in order (no interleave here) */
             const int nvalid = lim < (uint64_t)WR ? (int)lim : WR;
@@ -444,14 +467,20 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     for (int st = NSTAGE - 1; st < NSTAGE - 1 + PFS && st < nsteps; st++) prefetch(st);
 
     const int prow = pg * PW; /* this warp's first position in a stage */
+    /* the barrier of the warps that share a position group's rows and scores: the block's, or with GB the group's */
+    auto sync_group = [&]() {
+        if constexpr (GB) asm volatile("bar.sync %0, %1;\n" ::"r"(1 + pg), "r"(WD * 32) : "memory");
+        else __syncthreads();
+    };
     for (int it = 0; it < nsteps; it++) {
 #if FDEC_MMA_TMA_ARCH
         if constexpr (TMA) { /* wait for step it's rows (the mbarriers' phase it / NSTAGE): at D <= 128 this warp's
                                 * own, else every warp's */
             const unsigned par = (unsigned)(it / NSTAGE) & 1u;
 #pragma unroll
-            for (int w = 0; w < (WD == 1 ? 1 : FDEC_CUDA_WARPS); w++) {
-                const unsigned bar = (unsigned)__cvta_generic_to_shared(&bars[WD == 1 ? warp : w][it % NSTAGE]);
+            for (int w = 0; w < (WD == 1 ? 1 : GB ? WD : S::NW); w++) {
+                const unsigned bar =
+                    (unsigned)__cvta_generic_to_shared(&bars[WD == 1 ? warp : GB ? pg * WD + w : w][it % NSTAGE]);
                 unsigned done = 0;
                 while (!done)
                     asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared.b64 q, [%1], %2;\n"
@@ -465,7 +494,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         fdec_cp_async_wait<NSTAGE - 2>();
         /* stage it has landed for every copying thread; stage it - 1 is free */
         if constexpr (WD == 1) __syncwarp();
-        else __syncthreads();
+        else sync_group();
         if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
         fdec_cp_async_commit();
         if (PFS && it + NSTAGE - 1 + PFS < nsteps) prefetch(it + NSTAGE - 1 + PFS);
@@ -506,7 +535,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
             float *mine = xs + ((size_t)warp * 32 + lane) * NT * 2;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) mine[nt * 2] = sv[nt][0], mine[nt * 2 + 1] = sv[nt][1];
-            __syncthreads();
+            sync_group();
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) sv[nt][0] = sv[nt][1] = 0.f;
 #pragma unroll

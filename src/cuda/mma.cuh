@@ -77,6 +77,14 @@
 #ifndef FDEC_MMA_INTERLEAVE
 #define FDEC_MMA_INTERLEAVE 1
 #endif
+/* 1: at head_dim 128 a block takes every nc-th step of the attended range (steps chunk, chunk + nc, ...) instead of a
+ * contiguous chunk, so that at any time the blocks of a KV head read one contiguous range together rather than nc
+ * ranges a chunk apart (the chunk states merge alike; only the rounding differs). Llama-3-8B 131k 131.7 -> 128.65 us
+ * (4.17 TB/s), head-major 135.0 -> 130.6; 32k even, 1k 6.1 -> 6.25. At head_dim 64 and 512 even or slower
+ * (bench/NOTES.md, CUDA log row 35). */
+#ifndef FDEC_MMA_STRIDED_CHUNKS
+#define FDEC_MMA_STRIDED_CHUNKS 1
+#endif
 /* A measurement build (results wrong on purpose): the loop only waits for and copies the rows, so that the
  * ring's own streaming rate shows (bench/NOTES.md, CUDA log row 24). */
 #ifndef FDEC_MMA_MEASURE_COPY_ONLY
@@ -273,9 +281,17 @@ __global__ void __launch_bounds__(fdec_mma_shape<D>::NW * 32, fdec_mma_shape<D>:
 #pragma unroll
     for (int j = 0; j < OT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-    const uint32_t c0 = p.lo + chunk * p.chunk_len, c1 = min(p.hi, c0 + p.chunk_len);
+    /* the chunk's steps: positions [c0, c1) in steps of NP, or with FDEC_MMA_STRIDED_CHUNKS every nc-th step of
+     * [lo, hi) from step `chunk` on (c0 = lo, c1 = hi) */
+    constexpr bool STRIDED = FDEC_MMA_STRIDED_CHUNKS && D == 128;
+    const uint32_t c0 = STRIDED ? p.lo : p.lo + chunk * p.chunk_len,
+                   c1 = STRIDED ? p.hi : min(p.hi, c0 + p.chunk_len);
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
-    const int nsteps = (int)((c1 - c0 + NP - 1) / NP);
+    const uint32_t total = (c1 - c0 + NP - 1) / NP; /* steps of [c0, c1) */
+    const int nsteps = !STRIDED ? (int)total : total > chunk ? (int)((total - chunk + p.nc - 1) / p.nc) : 0;
+    auto step_base = [&](int step) {
+        return (uint64_t)c0 + ((uint64_t)step * (STRIDED ? p.nc : 1) + (STRIDED ? chunk : 0)) * NP;
+    };
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr bool TMA = FDEC_MMA_TMA_ARCH && S::BULK;
@@ -335,7 +351,7 @@ __global__ void __launch_bounds__(fdec_mma_shape<D>::NW * 32, fdec_mma_shape<D>:
     auto src_row = [&](int r) { return IL ? (r % PW) * WP + r / PW : r; };
     const size_t pass_stride = (size_t)S::ROWS_PER_PASS * (IL ? WP : 1) * p.ps; /* elements between this thread's rows */
     auto issue = [&](int step, int s) {
-        const uint64_t base = (uint64_t)c0 + (uint64_t)step * NP;
+        const uint64_t base = step_base(step);
         uint4 *ks_ = kst(s), *vs_ = vst(s);
 #if FDEC_MMA_TMA_ARCH
         if constexpr (TMA) { /* this warp's WR rows: lane i copies rows r0 + i, + 32, ... */
@@ -451,7 +467,7 @@ __global__ void __launch_bounds__(fdec_mma_shape<D>::NW * 32, fdec_mma_shape<D>:
     constexpr int PFS = D >= 256 ? FDEC_MMA_PREFETCH : 0;
     auto prefetch = [&](int step) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        const uint64_t base = (uint64_t)c0 + (uint64_t)step * NP;
+        const uint64_t base = step_base(step);
         const int row0 = WD == 1 ? pg * PW : 0;
         for (int j = cp_id; j < S::CR * 2; j += S::CT) {
             const uint64_t t = base + row0 + (j >> 1);
@@ -545,7 +561,7 @@ __global__ void __launch_bounds__(fdec_mma_shape<D>::NW * 32, fdec_mma_shape<D>:
                 for (int nt = 0; nt < NT; nt++) sv[nt][0] += x[nt * 2], sv[nt][1] += x[nt * 2 + 1];
             }
         }
-        const uint64_t pbase = (uint64_t)c0 + (uint64_t)it * NP;
+        const uint64_t pbase = step_base(it);
         float smax = m;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)

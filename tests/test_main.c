@@ -159,18 +159,23 @@ static void *g_stream; /* a non-default stream for one of the CUDA contexts */
 
 static int make_path_contexts(path_ctx *pc) {
     int n = 0;
-    if (g_cuda) { /* the default stream, a stream of our own, and the SIMT kernel alone (FDEC_CUDA_KERNEL) */
-        for (int i = 0; i < 3; i++) {
+    /* the default stream, a stream of our own, the SIMT kernel alone (FDEC_CUDA_KERNEL), and chunks of 32 positions
+     * (FDEC_CUDA_MIN_CHUNK): more chunks than steps, so that with strided chunks (mma.cuh) some blocks get none */
+    if (g_cuda) {
+        static const char *const names[] = {"default-stream", "stream", "simt", "chunk32"};
+        for (int i = 0; i < 4; i++) {
             fdec_options o = fdec_default_options();
             o.cuda_stream = i ? g_stream : NULL;
             if (i == 2) setenv("FDEC_CUDA_KERNEL", "simt", 1);
+            if (i == 3) setenv("FDEC_CUDA_MIN_CHUNK", "32", 1);
             fdec_status st = fdec_context_create(FDEC_BACKEND_CUDA, &o, &pc[n].ctx);
-            if (i == 2) unsetenv("FDEC_CUDA_KERNEL");
+            unsetenv("FDEC_CUDA_KERNEL");
+            unsetenv("FDEC_CUDA_MIN_CHUNK");
             if (st != FDEC_OK) {
                 check(0, "create CUDA context: %s", fdec_last_error());
                 continue;
             }
-            snprintf(pc[n].name, sizeof pc[n].name, "cuda/%s", i == 2 ? "simt" : i ? "stream" : "default-stream");
+            snprintf(pc[n].name, sizeof pc[n].name, "cuda/%s", names[i]);
             n++;
         }
         return n;

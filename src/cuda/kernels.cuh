@@ -296,14 +296,11 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
 /* The end of a decode block: merges its NS partial states (in shared memory: m[NS][RT] in base 2, l[NS][RT],
  * o[NS][RT][D]) into the chunk's state in the scratch (m in natural-log units). A chunk whose o came out
  * non-finite (an inf in V, a NaN anywhere) gets m = l = NaN, so that the merge makes its head NaN. The states
- * are merged by the merge kernel launched right after this kernel. */
-/* 1: the tail takes each (state, head)'s weight once, before the loop over the elements, instead of once an element
- * (an exp2 per state), and where D is a compile-time multiple of 4 moves 4 elements a thread and pass (16-byte loads
- * and stores). Every short call faster: Llama-3-8B 1k 7.2 -> 6.1 us, 4k 10.6 -> 9.9, Gemma 4 full 1k 10.1 -> 7.7,
- * 32k 43.85 -> 41.35; LFM2 131k 66.55 -> 67.05 (bench/NOTES.md, CUDA log row 34). 0: the old tail. */
-#ifndef FDEC_CUDA_FAST_TAIL
-#define FDEC_CUDA_FAST_TAIL 1
-#endif
+ * are merged by the merge kernel launched right after this kernel.
+ * Each (state, head)'s weight is taken once, before the loop over the elements, and where D is a compile-time
+ * multiple of 4 a thread moves 4 elements a pass (16-byte loads and stores). Before session 10 it took an exp2 per
+ * state and element, one element at a time: every short call is faster now, Llama-3-8B 1k 7.2 -> 6.1 us, 4k 10.6 ->
+ * 9.9, Gemma 4 full 1k 10.1 -> 7.7, 32k 43.85 -> 41.35; LFM2 131k 66.55 -> 67.05 (bench/NOTES.md, CUDA log row 34). */
 template <int D, int RT, int NS>
 __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, uint32_t h0, uint32_t chunk) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -314,7 +311,6 @@ __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, 
     const float ln2 = 0.69314718055994531f;
     __shared__ float sm_L[RT], sm_M[RT];
     __shared__ int sm_bad[RT];
-#if FDEC_CUDA_FAST_TAIL
     __shared__ float sm_w[NS][RT]; /* state w's weight in head r's sum */
     if (threadIdx.x < RT) {
         const int r = threadIdx.x;
@@ -358,26 +354,6 @@ __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, 
         else dst[0] = O[0];
         if (!fin) sm_bad[r] = 1;
     }
-#else
-    if (threadIdx.x < RT) sm_bad[threadIdx.x] = 0;
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < nh * Dr; idx += blockDim.x) {
-        const int r = idx / Dr, d = idx - r * Dr;
-        float M = -INFINITY, L = 0.f, O = 0.f;
-#pragma unroll
-        for (int w = 0; w < NS; w++) M = fmaxf(M, sm_m[w * RT + r]);
-#pragma unroll
-        for (int w = 0; w < NS; w++) {
-            float wt = fdec_weight2(sm_m[w * RT + r], M);
-            L += wt * sm_l[w * RT + r];
-            O += wt * sm_o[(w * RT + r) * Dr + d];
-        }
-        const size_t hc = (size_t)(h0 + r) * p.nc + chunk;
-        p.part_o[hc * Dr + d] = O;
-        if (!isfinite(O)) sm_bad[r] = 1;
-        if (d == 0) sm_M[r] = M * ln2, sm_L[r] = L;
-    }
-#endif
     __syncthreads();
     if (threadIdx.x < nh) {
         const size_t hc = (size_t)(h0 + threadIdx.x) * p.nc + chunk;

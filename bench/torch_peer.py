@@ -10,6 +10,7 @@ compared with each other. flashdec on the dense [pos][kv_head][dim] layout is ti
 """
 import argparse
 import ctypes as C
+import gc
 import json
 import math
 import os
@@ -147,6 +148,9 @@ def main():
     ap.add_argument("--ctx", default="1024,4096,32768,131072")
     ap.add_argument("--preset", default="all", help="comma-separated preset names, or all")
     ap.add_argument("--json")
+    ap.add_argument("--empty-cache", action="store_true",
+                    help="hand PyTorch's cached memory back to the driver before each case (bench/NOTES.md, CUDA row "
+                         "35 b: the Gemma 4 full 131k head-major figure depends on what the process allocated before)")
     a = ap.parse_args()
     names = [p[0] for p in PRESETS]
     want = names if a.preset == "all" else a.preset.split(",")
@@ -169,6 +173,9 @@ def main():
         for L in [int(x) for x in a.ctx.split(",")]:
             if window and L != 32768:
                 continue
+            if a.empty_cache:
+                gc.collect()
+                torch.cuda.empty_cache()
             s = torch.cuda.Stream()  # the context works on s; the graphs are captured on s too
             opts.cuda_stream = s.cuda_stream
             st = lib.fdec_context_create(1, C.byref(opts), C.byref(ctx))

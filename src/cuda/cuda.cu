@@ -57,10 +57,14 @@ extern "C" {
 #ifndef FDEC_CUDA_MEASURE_NO_MERGE
 #define FDEC_CUDA_MEASURE_NO_MERGE 0
 #endif
+/* Bounds the static shared memory of a tensor-core kernel (its mbarriers and the tail's arrays: 1,120-1,376 bytes in
+ * the sm_90 build), for the check of a kernel's shared memory against the device's limit (make_plan). */
+#define FDEC_CUDA_STATIC_SMEM_MAX 2048
 #define FDEC_CUDA_CONF_MAX 32 /* kernels a context remembers as configured (a model uses a few) */
 
 typedef struct {
     int device, sms, cc_major;
+    size_t smem_optin; /* the most shared memory a block may ask for (cudaDevAttrMaxSharedMemoryPerBlockOptin) */
     uint32_t min_chunk;
     int simt_only; /* FDEC_CUDA_KERNEL=simt: never the tensor-core kernel (for comparisons and tests) */
     cudaStream_t stream;
@@ -106,26 +110,30 @@ static partial_fn pick_d(uint32_t D, int fast, int rt) {
     return pick_rt<KT, 0>(rt);
 }
 
+/* The tensor-core kernel for head_dim D on a device of compute capability major cc, its warps and its shared memory
+ * (fdec_mma_warps: 8 warps at head_dim 512 on sm_90, 4 elsewhere) */
 template <typename KT>
-static partial_fn pick_mma(uint32_t D) {
+static partial_fn pick_mma(uint32_t D, int cc) {
     switch (D) {
-    case 64: return fdec_mma_kernel<KT, 64>;
-    case 128: return fdec_mma_kernel<KT, 128>;
-    case 256: return fdec_mma_kernel<KT, 256>;
-    default: return fdec_mma_kernel<KT, 512>;
+    case 64: return fdec_mma_kernel<KT, 64, fdec_mma_warps(64, 9)>;
+    case 128: return fdec_mma_kernel<KT, 128, fdec_mma_warps(128, 9)>;
+    case 256: return fdec_mma_kernel<KT, 256, fdec_mma_warps(256, 9)>;
+    default:
+        return cc >= 9 ? fdec_mma_kernel<KT, 512, fdec_mma_warps(512, 9)> : fdec_mma_kernel<KT, 512, fdec_mma_warps(512, 8)>;
     }
 }
 
-static size_t mma_smem(uint32_t D) {
+static size_t mma_smem(uint32_t D, int cc) {
+    const bool tma = cc >= 9;
     switch (D) {
-    case 64: return fdec_mma_smem_bytes<64>();
-    case 128: return fdec_mma_smem_bytes<128>();
-    case 256: return fdec_mma_smem_bytes<256>();
-    default: return fdec_mma_smem_bytes<512>();
+    case 64: return fdec_mma_smem_bytes<64, fdec_mma_warps(64, 9)>(tma);
+    case 128: return fdec_mma_smem_bytes<128, fdec_mma_warps(128, 9)>(tma);
+    case 256: return fdec_mma_smem_bytes<256, fdec_mma_warps(256, 9)>(tma);
+    default:
+        return tma ? fdec_mma_smem_bytes<512, fdec_mma_warps(512, 9)>(tma)
+                   : fdec_mma_smem_bytes<512, fdec_mma_warps(512, 8)>(tma);
     }
 }
-
-static int mma_warps(uint32_t D) { return D == 512 ? fdec_mma_shape<512>::NW : FDEC_CUDA_WARPS; }
 
 typedef struct {
     partial_fn fn;
@@ -156,18 +164,22 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     int elems = lp.fast ? (int)(p->D / lanes_per_row) : FDEC_MAX_HEAD_DIM / 32; /* as fdec_shape */
     /* 16-bit K/V on the fast shapes: the tensor-core kernel (mma.cuh), 8 heads a tile */
     lp.mma = lp.fast && es == 2 && !c->simt_only;
+    /* ... where the device lets a block have the kernel's shared memory (the static part, under 2 KiB, on top): every
+     * instance fits an A100's 163 KiB and even the 99 KiB of an sm_86/89 card, where the rows come by cp.async; a
+     * device with less runs the SIMT kernel */
+    if (lp.mma && mma_smem(p->D, c->cc_major) + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin) lp.mma = 0;
     lp.rt = lp.mma ? 8 : heads_per_block(p->R, lp.fast, elems, es);
     lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
     if (lp.mma)
-        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D) : pick_mma<__nv_bfloat16>(p->D);
+        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D, c->cc_major) : pick_mma<__nv_bfloat16>(p->D, c->cc_major);
     else switch (p->kvt) {
         case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt); break;
         case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt); break;
         default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt); break;
         }
     /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them */
-    lp.pipe = lp.mma ? mma_smem(p->D) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
-    lp.threads = (lp.mma ? mma_warps(p->D) : FDEC_CUDA_WARPS) * 32;
+    lp.pipe = lp.mma ? mma_smem(p->D, c->cc_major) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
+    lp.threads = (lp.mma ? fdec_mma_warps((int)p->D, c->cc_major) : FDEC_CUDA_WARPS) * 32;
     /* split: FDEC_CUDA_BLOCKS_PER_SM blocks for every SM (one at head_dim 64 and 512: D64_ONE_BLOCK_PER_SM,
      * D512_ONE_BLOCK_PER_SM), one wave (2 and 4 waves of shorter chunks were 2-34% slower, also with the decode
      * loop's compute compiled out: CUDA log row 24) */
@@ -439,6 +451,9 @@ extern "C" fdec_status fdec_cuda_create(const fdec_options *o, void **impl, cons
     c->device = o->cuda_device;
     c->sms = sms;
     cudaDeviceGetAttribute(&c->cc_major, cudaDevAttrComputeCapabilityMajor, o->cuda_device);
+    int optin = 48 * 1024;
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, o->cuda_device);
+    c->smem_optin = (size_t)optin;
     const char *mc = getenv("FDEC_CUDA_MIN_CHUNK");
     c->min_chunk = mc && atoi(mc) > 0 ? (uint32_t)atoi(mc) : MIN_CHUNK;
     const char *kern = getenv("FDEC_CUDA_KERNEL");

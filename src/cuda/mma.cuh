@@ -14,7 +14,7 @@
  * q is first multiplied by a power of two per head (exact) so that its 16-bit terms neither overflow nor
  * lose digits to subnormals; p by 2^15 for f16 for the same reason (l carries the same factor).
  *
- * Block = 4 warps (8 at D = 512, FDEC_MMA_D512_WARPS). A warp owns DW = min(D, 128) dimensions (q fragments and
+ * Block = 4 warps (8 at D = 512 on sm_90, FDEC_MMA_D512_WARPS). A warp owns DW = min(D, 128) dimensions (q fragments and
  * the O accumulator, 64 registers) and PW positions of each staged step: at D = 256 two warps, at D = 512 four warps
  * share a position group and add their partial scores through shared memory (each group on its own named barrier,
  * FDEC_MMA_GROUP_BARRIERS). A stage holds NP = 32 KiB / (4 D) positions of K and V a group of four
@@ -46,10 +46,11 @@
 #ifndef FDEC_MMA_D64_STAGES
 #define FDEC_MMA_D64_STAGES 6
 #endif
-/* Warps a block at head_dim 512, where one block runs on an SM (D512_ONE_BLOCK_PER_SM, cuda.cu): 8, two position
- * groups of four warps, each group 16 positions of a 64 KiB stage of 32 (with FDEC_MMA_GROUP_BARRIERS each group on
- * its own rows and barriers), instead of 4 warps and one group on stages of 32 KiB: Gemma 4 full 32k 41.35 -> 40.8
- * us, 131k 137.55 -> 133.65, head-major 32k 44.3 -> 41.7 with the fast tail (bench/NOTES.md, CUDA log row 34). */
+/* Warps a block at head_dim 512 on sm_90 (fdec_mma_warps), where one block runs on an SM (D512_ONE_BLOCK_PER_SM,
+ * cuda.cu): 8, two position groups of four warps, each group 16 positions of a 64 KiB stage of 32 (with
+ * FDEC_MMA_GROUP_BARRIERS each group on its own rows and barriers), instead of 4 warps and one group on stages of 32
+ * KiB: Gemma 4 full 32k 41.35 -> 40.8 us, 131k 137.55 -> 133.65, head-major 32k 44.3 -> 41.7 with the fast tail
+ * (bench/NOTES.md, CUDA log row 34). */
 #ifndef FDEC_MMA_D512_WARPS
 #define FDEC_MMA_D512_WARPS 8
 #endif
@@ -57,7 +58,7 @@
  * 5 or 6 stages of 32 KiB were 2-5% slower at 32k, 3 of 64 KiB even, 2 of 64 KiB 3% faster at 131k in the dense
  * layout but 3% slower at 32k (bench/NOTES.md, CUDA log row 33). */
 #ifndef FDEC_MMA_D512_STAGE_BYTES
-#define FDEC_MMA_D512_STAGE_BYTES (FDEC_MMA_STAGE_BYTES / FDEC_CUDA_WARPS * FDEC_MMA_D512_WARPS)
+#define FDEC_MMA_D512_STAGE_BYTES 0 /* 0: FDEC_MMA_STAGE_BYTES a group of four warps */
 #endif
 #ifndef FDEC_MMA_D512_STAGES
 #define FDEC_MMA_D512_STAGES FDEC_MMA_STAGES
@@ -126,15 +127,23 @@
 #define FDEC_MMA_TMA_ARCH 0
 #endif
 
-template <int D>
+/* Warps a block of the kernel for head_dim D on a device of compute capability major cc (the host's choice,
+ * cuda.cu): at head_dim 512 FDEC_MMA_D512_WARPS where bulk copies run (sm_90), whose stages need more shared memory
+ * than an A100 block may have; 4 elsewhere. */
+constexpr int fdec_mma_warps(int D, int cc) {
+    return D == 512 && cc >= 9 && FDEC_MMA_TMA && FDEC_MMA_TMA_WIDE ? FDEC_MMA_D512_WARPS : FDEC_CUDA_WARPS;
+}
+
+template <int D, int NW_>
 struct fdec_mma_shape {
     static constexpr int DW = D < 128 ? D : 128;                    /* dimensions per warp */
     static constexpr int WD = D / DW;                               /* warps per position group: 1, 1, 2, 4 */
-    static constexpr int NW = D == 512 ? FDEC_MMA_D512_WARPS : FDEC_CUDA_WARPS; /* warps a block */
+    static constexpr int NW = NW_;                                  /* warps a block */
     static constexpr int MINB = NW > FDEC_CUDA_WARPS ? 1 : FDEC_CUDA_BLOCKS_PER_SM; /* blocks an SM (launch bounds) */
     static constexpr int WP = NW / WD;                              /* position groups */
-    static constexpr int STAGE_BYTES = D == 64    ? FDEC_MMA_D64_STAGE_BYTES
-                                      : D == 512 ? FDEC_MMA_D512_STAGE_BYTES
+    static constexpr int STAGE_BYTES = D == 64 ? FDEC_MMA_D64_STAGE_BYTES
+                                      : D == 512 ? (FDEC_MMA_D512_STAGE_BYTES ? FDEC_MMA_D512_STAGE_BYTES
+                                                                              : FDEC_MMA_STAGE_BYTES / 4 * NW)
                                                  : FDEC_MMA_STAGE_BYTES;
     static constexpr int STAGES = D == 64    ? FDEC_MMA_D64_STAGES
                                  : D == 512 ? FDEC_MMA_D512_STAGES
@@ -160,12 +169,13 @@ struct fdec_mma_shape {
     static constexpr bool BULK = FDEC_MMA_TMA && (D == 128 || (FDEC_MMA_TMA_WIDE && D >= 256));
 };
 
-template <int D>
-constexpr size_t fdec_mma_smem_bytes() {
-    /* the ring, and at D > 128 the partial scores the warps of a group exchange */
-    return (size_t)fdec_mma_shape<D>::STAGES *
-               (fdec_mma_shape<D>::BULK ? (size_t)fdec_mma_shape<D>::TSB : (size_t)fdec_mma_shape<D>::STAGE_BYTES) +
-           (fdec_mma_shape<D>::WD > 1 ? (size_t)fdec_mma_shape<D>::NW * 32 * fdec_mma_shape<D>::NT * 2 * sizeof(float) : 0);
+/* The dynamic shared memory of the kernel: the ring (padded rows where bulk copies run, sm_90: `tma`), and at D > 128
+ * the partial scores the warps of a group exchange */
+template <int D, int NW>
+constexpr size_t fdec_mma_smem_bytes(bool tma) {
+    using S = fdec_mma_shape<D, NW>;
+    return (size_t)S::STAGES * (S::BULK && tma ? (size_t)S::TSB : (size_t)S::STAGE_BYTES) +
+           (S::WD > 1 ? (size_t)NW * 32 * S::NT * 2 * sizeof(float) : 0);
 }
 
 __device__ __forceinline__ void fdec_cp_async16_zfill(void *smem, const void *gmem, bool full) {
@@ -259,9 +269,9 @@ __device__ __forceinline__ void fdec_split16(float x, float (&t)[3]) {
     t[2] = fdec_split_terms<KT>::N == 3 ? fdec_round16<KT>(r - t[1]) : 0.f;
 }
 
-template <typename KT, int D>
-__global__ void __launch_bounds__(fdec_mma_shape<D>::NW * 32, fdec_mma_shape<D>::MINB) fdec_mma_kernel(const fdec_cuda_params p) {
-    using S = fdec_mma_shape<D>;
+template <typename KT, int D, int NW>
+__global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma_kernel(const fdec_cuda_params p) {
+    using S = fdec_mma_shape<D, NW>;
     constexpr int NSTAGE = S::STAGES;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
                   CH = S::CH;

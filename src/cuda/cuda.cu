@@ -119,7 +119,8 @@ static partial_fn pick_mma(uint32_t D, int cc) {
     case 128: return fdec_mma_kernel<KT, 128, fdec_mma_warps(128, 9)>;
     case 256: return fdec_mma_kernel<KT, 256, fdec_mma_warps(256, 9)>;
     default:
-        return cc >= 9 ? fdec_mma_kernel<KT, 512, fdec_mma_warps(512, 9)> : fdec_mma_kernel<KT, 512, fdec_mma_warps(512, 8)>;
+        return cc >= 9 ? fdec_mma_kernel<KT, 512, fdec_mma_warps(512, 9)>
+                       : fdec_mma_kernel<KT, 512, fdec_mma_warps(512, 8)>;
     }
 }
 

@@ -14,20 +14,21 @@
  * q is first multiplied by a power of two per head (exact) so that its 16-bit terms neither overflow nor
  * lose digits to subnormals; p by 2^15 for f16 for the same reason (l carries the same factor).
  *
- * Block = 4 warps (8 at D = 512 on sm_90, FDEC_MMA_D512_WARPS). A warp owns DW = min(D, 128) dimensions (q fragments and
- * the O accumulator, 64 registers) and PW positions of each staged step: at D = 256 two warps, at D = 512 four warps
- * share a position group and add their partial scores through shared memory (each group on its own named barrier,
- * FDEC_MMA_GROUP_BARRIERS). A stage holds NP = 32 KiB / (4 D) positions of K and V a group of four
- * warps (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); FDEC_MMA_STAGES
- * stages are in flight. At head_dim 128, 256 and 512 on sm_90 the rows come by bulk copies instead (FDEC_MMA_TMA,
- * FDEC_MMA_TMA_WIDE), one per row, completing on an mbarrier per warp and stage, into rows padded by 16 bytes (at
- * head_dim 128 issued with warp-uniform operands, FDEC_MMA_UNIFORM_ISSUE).
+ * Block = 4 warps (8 at D = 512 on sm_90, FDEC_MMA_D512_WARPS). A warp owns DW = min(D, 128) dimensions (q
+ * fragments and the O accumulator, 64 registers) and PW positions of each staged step: at D = 256 two warps, at
+ * D = 512 four warps share a position group and add their partial scores through shared memory (each group on its
+ * own named barrier, FDEC_MMA_GROUP_BARRIERS). A stage holds NP = 32 KiB / (4 D) positions of K and V for each group
+ * of four warps (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts);
+ * FDEC_MMA_STAGES stages are in flight. At head_dim 128, 256 and 512 on sm_90 the rows come by bulk copies instead
+ * (FDEC_MMA_TMA, FDEC_MMA_TMA_WIDE), one per row, completing on an mbarrier per warp and stage, into rows padded by
+ * 16 bytes (at head_dim 128 issued with warp-uniform operands, FDEC_MMA_UNIFORM_ISSUE).
  * At D <= 128 each warp copies and waits for its own rows, with no block barrier in the loop (at D = 64 a warp's
  * rows are every fourth position of the step, FDEC_MMA_INTERLEAVE); at D >= 256 with bulk copies each warp copies
  * its share of its group's rows and waits for all of them (with cp.async, FDEC_MMA_TMA_WIDE = 0, the whole block
- * copies the step and waits for it, and the rows FDEC_MMA_PREFETCH steps ahead can be prefetched into L2). After the loop each position group is one
- * partial state, and the block's tail (kernels.cuh, fdec_block_tail) merges them and writes the chunk state;
- * the merge kernel (kernels.cuh) merges the chunks.
+ * copies the step and waits for it, and the rows FDEC_MMA_PREFETCH steps ahead can be prefetched into L2). At D =
+ * 128 a block's steps are every nc-th of the attended range (FDEC_MMA_STRIDED_CHUNKS), elsewhere one contiguous
+ * chunk. After the loop each position group is one partial state, and the block's tail (kernels.cuh,
+ * fdec_block_tail) merges them and writes the chunk state; the merge kernel (kernels.cuh) merges the chunks.
  */
 #pragma once
 #include "kernels.cuh"

@@ -57,8 +57,9 @@ extern "C" {
 #ifndef FDEC_CUDA_MEASURE_NO_MERGE
 #define FDEC_CUDA_MEASURE_NO_MERGE 0
 #endif
-/* Bounds the static shared memory of a tensor-core kernel (its mbarriers and the tail's arrays: 1,120-1,376 bytes in
- * the sm_90 build), for the check of a kernel's shared memory against the device's limit (make_plan). */
+/* Bounds the static shared memory of a tensor-core kernel (its mbarriers and the tail's arrays: 1,248-1,376 bytes in
+ * the sm_90 build, 128-224 in the sm_80 one), for the check of a kernel's shared memory against the device's limit
+ * (make_plan). */
 #define FDEC_CUDA_STATIC_SMEM_MAX 2048
 #define FDEC_CUDA_CONF_MAX 32 /* kernels a context remembers as configured (a model uses a few) */
 
@@ -110,29 +111,35 @@ static partial_fn pick_d(uint32_t D, int fast, int rt) {
     return pick_rt<KT, 0>(rt);
 }
 
-/* The tensor-core kernel for head_dim D on a device of compute capability major cc, its warps and its shared memory
- * (fdec_mma_warps: 8 warps at head_dim 512 on sm_90, 4 elsewhere) */
+/* The tensor-core kernel for head_dim D on a device of compute capability major cc, and its dynamic shared memory:
+ * the instance with fdec_mma_warps(D, cc) warps (8 at head_dim 512 on sm_90, 4 elsewhere), whose ring has padded rows
+ * where bulk copies run (sm_90) */
+template <typename KT, int D>
+static partial_fn mma_fn(int cc) {
+    return cc >= 9 ? fdec_mma_kernel<KT, D, fdec_mma_warps(D, 9)> : fdec_mma_kernel<KT, D, fdec_mma_warps(D, 8)>;
+}
+template <int D>
+static size_t mma_smem_d(int cc) {
+    return cc >= 9 ? fdec_mma_smem_bytes<D, fdec_mma_warps(D, 9)>(true)
+                   : fdec_mma_smem_bytes<D, fdec_mma_warps(D, 8)>(false);
+}
+
 template <typename KT>
 static partial_fn pick_mma(uint32_t D, int cc) {
     switch (D) {
-    case 64: return fdec_mma_kernel<KT, 64, fdec_mma_warps(64, 9)>;
-    case 128: return fdec_mma_kernel<KT, 128, fdec_mma_warps(128, 9)>;
-    case 256: return fdec_mma_kernel<KT, 256, fdec_mma_warps(256, 9)>;
-    default:
-        return cc >= 9 ? fdec_mma_kernel<KT, 512, fdec_mma_warps(512, 9)>
-                       : fdec_mma_kernel<KT, 512, fdec_mma_warps(512, 8)>;
+    case 64: return mma_fn<KT, 64>(cc);
+    case 128: return mma_fn<KT, 128>(cc);
+    case 256: return mma_fn<KT, 256>(cc);
+    default: return mma_fn<KT, 512>(cc);
     }
 }
 
 static size_t mma_smem(uint32_t D, int cc) {
-    const bool tma = cc >= 9;
     switch (D) {
-    case 64: return fdec_mma_smem_bytes<64, fdec_mma_warps(64, 9)>(tma);
-    case 128: return fdec_mma_smem_bytes<128, fdec_mma_warps(128, 9)>(tma);
-    case 256: return fdec_mma_smem_bytes<256, fdec_mma_warps(256, 9)>(tma);
-    default:
-        return tma ? fdec_mma_smem_bytes<512, fdec_mma_warps(512, 9)>(tma)
-                   : fdec_mma_smem_bytes<512, fdec_mma_warps(512, 8)>(tma);
+    case 64: return mma_smem_d<64>(cc);
+    case 128: return mma_smem_d<128>(cc);
+    case 256: return mma_smem_d<256>(cc);
+    default: return mma_smem_d<512>(cc);
     }
 }
 

@@ -59,7 +59,7 @@
  * 5 or 6 stages of 32 KiB were 2-5% slower at 32k, 3 of 64 KiB even, 2 of 64 KiB 3% faster at 131k in the dense
  * layout but 3% slower at 32k (bench/NOTES.md, CUDA log row 33). */
 #ifndef FDEC_MMA_D512_STAGE_BYTES
-#define FDEC_MMA_D512_STAGE_BYTES 0 /* 0: FDEC_MMA_STAGE_BYTES a group of four warps */
+#define FDEC_MMA_D512_STAGE_BYTES 0 /* 0: FDEC_MMA_STAGE_BYTES a position group */
 #endif
 #ifndef FDEC_MMA_D512_STAGES
 #define FDEC_MMA_D512_STAGES FDEC_MMA_STAGES
@@ -144,7 +144,7 @@ struct fdec_mma_shape {
     static constexpr int WP = NW / WD;                              /* position groups */
     static constexpr int STAGE_BYTES = D == 64 ? FDEC_MMA_D64_STAGE_BYTES
                                       : D == 512 ? (FDEC_MMA_D512_STAGE_BYTES ? FDEC_MMA_D512_STAGE_BYTES
-                                                                              : FDEC_MMA_STAGE_BYTES / 4 * NW)
+                                                                              : FDEC_MMA_STAGE_BYTES * WP)
                                                  : FDEC_MMA_STAGE_BYTES;
     static constexpr int STAGES = D == 64    ? FDEC_MMA_D64_STAGES
                                  : D == 512 ? FDEC_MMA_D512_STAGES

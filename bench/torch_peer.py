@@ -16,6 +16,7 @@ import math
 import os
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -42,8 +43,14 @@ def load_lib(path):
     return flashdec._lib, flashdec._LayerC
 
 
+WARMUP_S = 0.0
+
+
 def graph_time(fn, n_calls, stream, reps=20):
-    """Median seconds per call of a CUDA graph, captured on `stream`, holding fn(0) .. fn(n_calls - 1)."""
+    """Median seconds per call of a CUDA graph, captured on `stream`, holding fn(0) .. fn(n_calls - 1), timed after
+    WARMUP_S seconds of replays (--warmup-s; by default two replays). The H200 runs into its 700 W power cap in
+    these runs and then lowers its SM clock for a while: a timing right after SDPA's seconds of head_dim 512 calls
+    ran ~12% slower, and longer warm-ups slow other cases instead (bench/NOTES.md, CUDA log row 37)."""
     with torch.cuda.stream(stream):
         for i in range(min(n_calls, 3)):
             fn(i)  # warm up outside the graph
@@ -54,6 +61,11 @@ def graph_time(fn, n_calls, stream, reps=20):
             fn(i)
     g.replay()
     torch.cuda.synchronize()
+    t0, n = time.perf_counter(), 0
+    while n < 2 or time.perf_counter() - t0 < WARMUP_S:
+        g.replay()
+        torch.cuda.synchronize()
+        n += 1
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -81,7 +93,7 @@ def copy_bandwidth():
     return 2 * n / statistics.median(times) / 1e9
 
 
-def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L):
+def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L, twice=False):
     dev = "cuda"
     rows = window if window else L  # a window of w in a ring of w rows: the cache holds exactly w rows
     kv_bytes = 2 * rows * G * D * 2
@@ -126,6 +138,11 @@ def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L):
     t_f = graph_time(fdec, n_calls, stream)
     t_d = graph_time(lambda i: fdec(i, lay_dn, kd, vd, out_d), n_calls, stream)
     t_s = graph_time(sdpa, n_calls, stream)
+    again = {}
+    if twice:  # the three again in the reverse order: does the first timing of a case differ from a later one?
+        again = dict(sdpa_us_2=graph_time(sdpa, n_calls, stream) * 1e6,
+                     flashdec_dense_us_2=graph_time(lambda i: fdec(i, lay_dn, kd, vd, out_d), n_calls, stream) * 1e6,
+                     flashdec_us_2=graph_time(fdec, n_calls, stream) * 1e6)
     # correctness on copy 0
     fdec(0)
     fdec(0, lay_dn, kd, vd, out_d)
@@ -139,7 +156,7 @@ def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L):
     read = 2 * min(L, window or L) * G * D * 2
     return dict(shape=name, context=L, flashdec_us=t_f * 1e6, flashdec_dense_us=t_d * 1e6, sdpa_us=t_s * 1e6,
                 flashdec_tbs=read / t_f / 1e12, flashdec_dense_tbs=read / t_d / 1e12, sdpa_tbs=read / t_s / 1e12,
-                speedup=t_s / t_f, err_flashdec=err_f, err_flashdec_dense=err_d, err_sdpa=err_s)
+                speedup=t_s / t_f, err_flashdec=err_f, err_flashdec_dense=err_d, err_sdpa=err_s, **again)
 
 
 def main():
@@ -151,7 +168,13 @@ def main():
     ap.add_argument("--empty-cache", action="store_true",
                     help="hand PyTorch's cached memory back to the driver before each case (bench/NOTES.md, CUDA row "
                          "35 b: the Gemma 4 full 131k head-major figure depends on what the process allocated before)")
+    ap.add_argument("--twice", action="store_true",
+                    help="time each case's three calls again in the reverse order (SDPA, dense, head-major) and print "
+                         "those times on a second line")
+    ap.add_argument("--warmup-s", type=float, default=WARMUP_S,
+                    help="seconds of graph replays before each timing (default %(default)s: two replays)")
     a = ap.parse_args()
+    globals()["WARMUP_S"] = a.warmup_s  # graph_time's
     names = [p[0] for p in PRESETS]
     want = names if a.preset == "all" else a.preset.split(",")
     for w in want:
@@ -182,13 +205,16 @@ def main():
             if st:
                 sys.exit("fdec_context_create: " + lib.fdec_last_error().decode())
             with torch.cuda.stream(s):
-                r = run_case(lib, Layer, ctx, s, name, D, H, G, window, scale, L)
+                r = run_case(lib, Layer, ctx, s, name, D, H, G, window, scale, L, a.twice)
             lib.fdec_context_destroy(ctx)
             r["copy_bw_gbs"] = bw
             results.append(r)
             print(f"{name:20s} {L:7d} {r['flashdec_us']:9.2f} {r['flashdec_tbs']:6.2f} {r['flashdec_dense_us']:9.2f} "
                   f"{r['flashdec_dense_tbs']:6.2f} {r['sdpa_us']:9.2f} {r['sdpa_tbs']:6.2f} {r['speedup']:7.2f} "
                   f"{r['err_flashdec']:9.2g} {r['err_sdpa']:9.2g}", flush=True)
+            if a.twice:
+                print(f"{'  (again, reversed)':28s} {r['flashdec_us_2']:9.2f} {'':6s} {r['flashdec_dense_us_2']:9.2f} "
+                      f"{'':6s} {r['sdpa_us_2']:9.2f}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, copy_bw_gbs=bw,

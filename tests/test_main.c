@@ -167,10 +167,11 @@ static int make_path_contexts(path_ctx *pc) {
             fdec_options o = fdec_default_options();
             o.cuda_stream = i ? g_stream : NULL;
             if (i == 2) setenv("FDEC_CUDA_KERNEL", "simt", 1);
-            if (i == 3) setenv("FDEC_CUDA_MIN_CHUNK", "32", 1);
+            if (i == 3) setenv("FDEC_CUDA_MIN_CHUNK", "32", 1), setenv("FDEC_CUDA_D512_STRIDED_MIN", "32", 1);
             fdec_status st = fdec_context_create(FDEC_BACKEND_CUDA, &o, &pc[n].ctx);
             unsetenv("FDEC_CUDA_KERNEL");
             unsetenv("FDEC_CUDA_MIN_CHUNK");
+            unsetenv("FDEC_CUDA_D512_STRIDED_MIN");
             if (st != FDEC_OK) {
                 check(0, "create CUDA context: %s", fdec_last_error());
                 continue;

@@ -67,6 +67,7 @@ typedef struct {
     int device, sms, cc_major;
     size_t smem_optin; /* the most shared memory a block may ask for (cudaDevAttrMaxSharedMemoryPerBlockOptin) */
     uint32_t min_chunk;
+    uint32_t d512_strided_min; /* FDEC_MMA_D512_STRIDED_MIN, or FDEC_CUDA_D512_STRIDED_MIN from the environment */
     int simt_only; /* FDEC_CUDA_KERNEL=simt: never the tensor-core kernel (for comparisons and tests) */
     cudaStream_t stream;
     const void *conf_fn[FDEC_CUDA_CONF_MAX]; /* kernels whose attributes configure() has set */
@@ -124,13 +125,19 @@ static size_t mma_smem_d(int cc) {
                    : fdec_mma_smem_bytes<D, fdec_mma_warps(D, 8)>(false);
 }
 
+/* strided: head_dim 512's instance with strided steps (FDEC_MMA_D512_STRIDED_MIN, mma.cuh; sm_90) */
 template <typename KT>
-static partial_fn pick_mma(uint32_t D, int cc) {
+static partial_fn pick_mma(uint32_t D, int cc, int strided) {
     switch (D) {
     case 64: return mma_fn<KT, 64>(cc);
     case 128: return mma_fn<KT, 128>(cc);
     case 256: return mma_fn<KT, 256>(cc);
-    default: return mma_fn<KT, 512>(cc);
+    default:
+#if FDEC_MMA_STRIDED_CHUNKS
+        if (strided && cc >= 9) return fdec_mma_kernel<KT, 512, fdec_mma_warps(512, 9), true>;
+#endif
+        (void)strided;
+        return mma_fn<KT, 512>(cc);
     }
 }
 
@@ -179,7 +186,7 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     lp.rt = lp.mma ? 8 : heads_per_block(p->R, lp.fast, elems, es);
     lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
     if (lp.mma)
-        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D, c->cc_major) : pick_mma<__nv_bfloat16>(p->D, c->cc_major);
+        lp.fn = NULL; /* below, once the split is known */
     else switch (p->kvt) {
         case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt); break;
         case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt); break;
@@ -209,6 +216,11 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
         if (s2.num_chunks <= FDEC_MERGE_SMALL_MAX && s2.num_chunks > lp.split.num_chunks) lp.split = s2;
     }
 #endif
+    if (lp.mma) {
+        const int strided = c->d512_strided_min && lp.split.num_chunks > 1 && lp.split.chunk_len >= c->d512_strided_min;
+        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D, c->cc_major, strided)
+                                   : pick_mma<__nv_bfloat16>(p->D, c->cc_major, strided);
+    }
     if (reserve) {
         /* every call up to p's length (the chunk count is not monotone in the length: fdec_split_bound), also one
          * that takes the head_dim 512 rule above where p's length does not (up to 64 chunks where a longer call
@@ -464,6 +476,8 @@ extern "C" fdec_status fdec_cuda_create(const fdec_options *o, void **impl, cons
     c->smem_optin = (size_t)optin;
     const char *mc = getenv("FDEC_CUDA_MIN_CHUNK");
     c->min_chunk = mc && atoi(mc) > 0 ? (uint32_t)atoi(mc) : MIN_CHUNK;
+    const char *sm = getenv("FDEC_CUDA_D512_STRIDED_MIN"); /* for tests and measurements (bench/NOTES.md) */
+    c->d512_strided_min = sm && atoi(sm) >= 0 ? (uint32_t)atoi(sm) : FDEC_MMA_D512_STRIDED_MIN;
     const char *kern = getenv("FDEC_CUDA_KERNEL");
     c->simt_only = kern && !strcmp(kern, "simt");
     c->stream = (cudaStream_t)o->cuda_stream;

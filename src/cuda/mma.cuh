@@ -87,6 +87,14 @@
 #ifndef FDEC_MMA_STRIDED_CHUNKS
 #define FDEC_MMA_STRIDED_CHUNKS 1
 #endif
+/* At head_dim 512 on sm_90 the strided steps (an instance of their own, fdec_mma_kernel<..., true>) where a chunk is
+ * at least this many positions (0: never; FDEC_CUDA_D512_STRIDED_MIN in the environment overrides it), so that calls
+ * whose chunks are a few steps keep the plain instance (strided everywhere cost 1k 7.8 -> 8.1 us, CUDA log row 35 c).
+ * Gemma 4 full, three alternated rounds: 131k 136.4-136.8 -> 134.3-134.5 us (4.0 TB/s), 64k 72.8-73.2 -> 72.1-72.3;
+ * from 512 or 256 rows no better, and 32k (512-row chunks) even (bench/NOTES.md, CUDA log row 39). */
+#ifndef FDEC_MMA_D512_STRIDED_MIN
+#define FDEC_MMA_D512_STRIDED_MIN 1024
+#endif
 /* A measurement build (results wrong on purpose): the loop only waits for and copies the rows, so that the
  * ring's own streaming rate shows (bench/NOTES.md, CUDA log row 24). */
 #ifndef FDEC_MMA_MEASURE_COPY_ONLY
@@ -270,7 +278,7 @@ __device__ __forceinline__ void fdec_split16(float x, float (&t)[3]) {
     t[2] = fdec_split_terms<KT>::N == 3 ? fdec_round16<KT>(r - t[1]) : 0.f;
 }
 
-template <typename KT, int D, int NW>
+template <typename KT, int D, int NW, bool STR = false>
 __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma_kernel(const fdec_cuda_params p) {
     using S = fdec_mma_shape<D, NW>;
     constexpr int NSTAGE = S::STAGES;
@@ -293,8 +301,8 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
     for (int j = 0; j < OT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
     /* the chunk's steps: positions [c0, c1) in steps of NP, or with FDEC_MMA_STRIDED_CHUNKS every nc-th step of
-     * [lo, hi) from step `chunk` on (c0 = lo, c1 = hi) */
-    constexpr bool STRIDED = FDEC_MMA_STRIDED_CHUNKS && D == 128;
+     * [lo, hi) from step `chunk` on (c0 = lo, c1 = hi): always at head_dim 128, in the STR instance elsewhere */
+    constexpr bool STRIDED = FDEC_MMA_STRIDED_CHUNKS && (D == 128 || STR);
     const uint32_t c0 = STRIDED ? p.lo : p.lo + chunk * p.chunk_len,
                    c1 = STRIDED ? p.hi : min(p.hi, c0 + p.chunk_len);
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;

@@ -1,0 +1,283 @@
+/* gpu_read.cu — how fast can a decode kernel's copies read a KV cache on this GPU, by copy method and pattern?
+ *
+ * No attention here: each kernel only brings K and V rows into shared memory (or registers) and touches them, the
+ * way a split-KV decode kernel's ring does, so that the rate of each way of reading shows without the compute.
+ * The cache is the Llama-3-8B (8 KV heads, 256-byte rows, head_dim 128) or LFM2 (128-byte rows) geometry at
+ * 131072 positions, 512 or 256 MiB of K and V together, far past the 60 MB L2. Per case: blocks (chunks x KV heads;
+ * a block reads its chunk of one KV head), rows a step (P), stages of the ring (S), threads, and
+ *   ldg      each thread loads 16 bytes at a time straight to registers (a plain streaming read, no ring);
+ *   cpasync  the block's threads copy a step's K and V rows 16 bytes a thread (cp.async), S - 1 steps in flight;
+ *   bulkrow  one bulk copy (cp.async.bulk) per row of K and of V, lane i of each warp row i, an mbarrier a stage;
+ *   bulkbig  (head-major only: a KV head's rows are contiguous) one bulk copy for the step's K rows, one for V;
+ * and the layout: dense [pos][kv_head][row] (a head's rows 8 rows apart) or head-major [kv_head][pos][row];
+ * "strided" chunks take steps c, c + nc, ... so that the blocks of a head read one contiguous range at any time.
+ * The time is the median of 7 timings of 10 back-to-back launches (events); the device-to-device copy rate of a
+ * 1 GiB cudaMemcpy (read + write) is measured in the same run.
+ *
+ *   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o gpu_read bench/micro/gpu_read.cu && ./gpu_read */
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CK(x)                                                                                                          \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                         \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+
+enum { LDG, CPASYNC, BULKROW, BULKBIG };
+static const char *mode_name[] = {"ldg", "cpasync", "bulkrow", "bulkbig"};
+
+struct Args {
+    const unsigned char *k, *v;
+    unsigned *sink;
+    long long L;   /* positions */
+    int G, RB;     /* KV heads, row bytes */
+    int hm;        /* head-major */
+    int nc, P, S;  /* chunks a head, rows a step, stages */
+    int strided;
+};
+
+__device__ __forceinline__ size_t row_off(const Args &a, int g, long long pos) {
+    return a.hm ? ((size_t)g * a.L + pos) * a.RB : ((size_t)pos * a.G + g) * a.RB;
+}
+
+/* steps of the block's chunk: contiguous chunk c = [c * len, (c + 1) * len), or strided: steps c, c + nc, ... */
+__device__ __forceinline__ long long step_pos(const Args &a, int c, int i, long long steps_per_chunk) {
+    return a.strided ? ((long long)i * a.nc + c) * a.P : ((long long)c * steps_per_chunk + i) * a.P;
+}
+
+__global__ void k_ldg(const uint4 *__restrict__ x, size_t n16, unsigned *sink) {
+    unsigned acc = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        uint4 a = __ldcs(x + i), b = __ldcs(x + i + stride), c = __ldcs(x + i + 2 * stride), d = __ldcs(x + i + 3 * stride);
+        acc ^= a.x ^ b.y ^ c.z ^ d.w;
+    }
+    for (; i < n16; i += stride) acc ^= __ldcs(x + i).x;
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+__device__ __forceinline__ void cp16(void *s, const void *g) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(s)), "l"(g));
+}
+__device__ __forceinline__ void bulk(void *s, const void *g, int bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(s)),
+                 "l"(g), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void bar_wait(unsigned bar, unsigned par) {
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared.b64 q, [%1], %2;\n selp.u32 %0, 1, 0, q;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(par)
+                     : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void wait_n() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+/* wait until at most n of this thread's copy groups are pending (n is at most 10 here) */
+__device__ __forceinline__ void wait_group(int n) {
+    switch (n) {
+    case 0: wait_n<0>(); break;
+    case 1: wait_n<1>(); break;
+    case 2: wait_n<2>(); break;
+    case 3: wait_n<3>(); break;
+    case 4: wait_n<4>(); break;
+    case 5: wait_n<5>(); break;
+    case 6: wait_n<6>(); break;
+    case 7: wait_n<7>(); break;
+    case 8: wait_n<8>(); break;
+    case 9: wait_n<9>(); break;
+    default: wait_n<10>(); break;
+    }
+}
+
+template <int MODE>
+__global__ void k_ring(Args a) {
+    extern __shared__ __align__(128) unsigned char sm[];
+    __shared__ __align__(8) unsigned long long bars[8];
+    const int g = blockIdx.x % a.G, c = blockIdx.x / a.G;
+    const long long nsteps_all = a.L / a.P, spc = nsteps_all / a.nc; /* steps a chunk (L divides evenly here) */
+    const int stage_bytes = 2 * a.P * a.RB;
+    unsigned acc = 0;
+    if (MODE != CPASYNC) {
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < a.S; s++)
+                asm volatile("mbarrier.init.shared.b64 [%0], 1;\n" ::"r"((unsigned)__cvta_generic_to_shared(&bars[s])));
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+        __syncthreads();
+    }
+    auto issue = [&](long long i) {
+        const int s = (int)(i % a.S);
+        unsigned char *ks = sm + (size_t)s * stage_bytes, *vs = ks + a.P * a.RB;
+        const long long p0 = step_pos(a, c, (int)i, spc);
+        if (MODE == CPASYNC) {
+            const int per_row = a.RB / 16, n = a.P * per_row;
+            for (int j = threadIdx.x; j < n; j += blockDim.x) {
+                const int r = j / per_row, q = j % per_row;
+                const size_t off = row_off(a, g, p0 + r) + q * 16;
+                cp16(ks + j * 16, a.k + off);
+                cp16(vs + j * 16, a.v + off);
+            }
+            asm volatile("cp.async.commit_group;\n" ::);
+        } else {
+            const unsigned bar = (unsigned)__cvta_generic_to_shared(&bars[s]);
+            if (threadIdx.x == 0)
+                asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;\n" ::"r"(bar), "r"(stage_bytes) : "memory");
+            if (MODE == BULKBIG) {
+                if (threadIdx.x == 0) {
+                    const size_t off = row_off(a, g, p0);
+                    bulk(ks, a.k + off, a.P * a.RB, bar);
+                    bulk(vs, a.v + off, a.P * a.RB, bar);
+                }
+            } else { /* rows spread over the warps, lane i of a warp row i */
+                for (int r = threadIdx.x; r < a.P; r += blockDim.x) {
+                    const size_t off = row_off(a, g, p0 + r);
+                    bulk(ks + r * a.RB, a.k + off, a.RB, bar);
+                    bulk(vs + r * a.RB, a.v + off, a.RB, bar);
+                }
+            }
+        }
+    };
+    for (int i = 0; i < a.S - 1 && i < spc; i++) issue(i);
+    for (long long i = 0; i < spc; i++) {
+        const int s = (int)(i % a.S);
+        if (MODE == CPASYNC) {
+            /* groups committed: min(spc, i + S - 1); wait until step i's has landed */
+            const long long pending = spc - 1 - i < a.S - 2 ? spc - 1 - i : a.S - 2;
+            wait_group((int)pending);
+            __syncthreads();
+        } else {
+            bar_wait((unsigned)__cvta_generic_to_shared(&bars[s]), (unsigned)(i / a.S) & 1u);
+        }
+        const uint4 *st = reinterpret_cast<const uint4 *>(sm + (size_t)s * stage_bytes);
+        for (int j = threadIdx.x; j < stage_bytes / 16; j += blockDim.x * 8) acc ^= st[j].x; /* touch it */
+        __syncthreads(); /* stage i - 1's readers are done: it may be overwritten */
+        if (i + a.S - 1 < spc) issue(i + a.S - 1);
+    }
+    if (acc == 0x9e3779b9u) a.sink[0] = acc;
+}
+
+struct Case {
+    int mode, hm, RB, blocks_per_sm, P, S, threads, strided;
+};
+
+int main(int argc, char **argv) {
+    int dev = 0;
+    CK(cudaSetDevice(dev));
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, dev));
+    const int sms = prop.multiProcessorCount;
+    const long long L = 131072;
+    const int G = 8;
+    const size_t maxb = (size_t)L * G * 256;
+    unsigned char *k, *v;
+    unsigned *sink;
+    CK(cudaMalloc(&k, maxb));
+    CK(cudaMalloc(&v, maxb));
+    CK(cudaMalloc(&sink, 64));
+    CK(cudaMemset(k, 1, maxb));
+    CK(cudaMemset(v, 2, maxb));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    auto timeit = [&](auto launch) {
+        for (int i = 0; i < 3; i++) launch();
+        CK(cudaDeviceSynchronize());
+        std::vector<float> t;
+        for (int r = 0; r < 7; r++) {
+            CK(cudaEventRecord(e0));
+            for (int i = 0; i < 10; i++) launch();
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            t.push_back(ms * 1e3f / 10);
+        }
+        std::sort(t.begin(), t.end());
+        return t[3];
+    };
+    { /* the copy ceiling, read + write */
+        const size_t n = (size_t)1 << 30;
+        unsigned char *a, *b;
+        CK(cudaMalloc(&a, n));
+        CK(cudaMalloc(&b, n));
+        CK(cudaMemset(a, 3, n));
+        float us = timeit([&] { CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice)); });
+        printf("%s, %d SMs; device-to-device copy of 1 GiB: %.1f us, %.0f GB/s (read + write)\n", prop.name, sms, us,
+               2.0 * n / us / 1e3);
+        CK(cudaFree(a));
+        CK(cudaFree(b));
+    }
+    CK(cudaFuncSetAttribute(k_ring<CPASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    CK(cudaFuncSetAttribute(k_ring<BULKROW>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    CK(cudaFuncSetAttribute(k_ring<BULKBIG>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    std::vector<Case> cases;
+    const char *only = argc > 1 ? argv[1] : nullptr;
+    for (int RB : {256, 128}) {
+        for (int bps : {1, 2, 4}) cases.push_back({LDG, 1, RB, bps, 0, 0, 512, 0});
+        for (int hm : {1, 0})
+            for (int strided : {0, 1}) {
+                if (hm && strided) continue;
+                /* cp.async: FA2-like (one block of 128 threads an SM, a 32 KiB step, 1 and 2 steps in flight), ours */
+                for (int S : {2, 3, 4}) cases.push_back({CPASYNC, hm, RB, 1, 32768 / 2 / RB, S, 128, strided});
+                cases.push_back({CPASYNC, hm, RB, 2, 32768 / 2 / RB, 3, 128, strided});
+                cases.push_back({CPASYNC, hm, RB, 2, 16384 / 2 / RB, 6, 128, strided});
+                cases.push_back({CPASYNC, hm, RB, 1, 16384 / 2 / RB, 12, 128, strided});
+                for (int S : {3, 4}) cases.push_back({BULKROW, hm, RB, 2, 32768 / 2 / RB, S, 128, strided});
+                for (int S : {3, 6}) cases.push_back({BULKROW, hm, RB, 1, 32768 / 2 / RB, S, 128, strided});
+                if (hm)
+                    for (int bps : {1, 2})
+                        for (int S : {2, 3, 4}) cases.push_back({BULKBIG, hm, RB, bps, 32768 / 2 / RB, S, 128, 0});
+                if (hm) cases.push_back({BULKBIG, hm, RB, 1, 65536 / 2 / RB, 3, 128, 0});
+            }
+    }
+    printf("%-8s %-6s %4s %4s %6s %4s %3s %4s %-8s %9s %7s\n", "mode", "layout", "rowB", "bps", "blocks", "P", "S",
+           "thr", "chunks", "us", "TB/s");
+    for (const Case &cs : cases) {
+        if (only && strcmp(only, mode_name[cs.mode])) continue;
+        const size_t bytes = 2 * (size_t)L * G * cs.RB; /* K and V */
+        float us;
+        int blocks;
+        int nc = 0;
+        if (cs.mode == LDG) {
+            blocks = sms * cs.blocks_per_sm;
+            /* K then V: one launch over each */
+            us = timeit([&] {
+                k_ldg<<<blocks, cs.threads>>>((const uint4 *)k, bytes / 2 / 16, sink);
+                k_ldg<<<blocks, cs.threads>>>((const uint4 *)v, bytes / 2 / 16, sink);
+            });
+        } else {
+            nc = sms * cs.blocks_per_sm / G;
+            while ((L / cs.P) % nc) nc--; /* chunks that divide the steps evenly */
+            blocks = nc * G;
+            Args a{k, v, sink, L, G, cs.RB, cs.hm, nc, cs.P, cs.S, cs.strided};
+            const size_t smem = (size_t)cs.S * 2 * cs.P * cs.RB;
+            auto launch = [&] {
+                if (cs.mode == CPASYNC) k_ring<CPASYNC><<<blocks, cs.threads, smem>>>(a);
+                else if (cs.mode == BULKROW) k_ring<BULKROW><<<blocks, cs.threads, smem>>>(a);
+                else k_ring<BULKBIG><<<blocks, cs.threads, smem>>>(a);
+            };
+            launch();
+            CK(cudaGetLastError());
+            us = timeit(launch);
+        }
+        printf("%-8s %-6s %4d %4d %6d %4d %3d %4d %-8s %9.1f %7.3f\n", mode_name[cs.mode], cs.hm ? "head" : "dense",
+               cs.RB, cs.blocks_per_sm, blocks, cs.P, cs.S, cs.threads,
+               cs.mode == LDG ? "-" : cs.strided ? "strided" : "contig", us, bytes / us / 1e6);
+        fflush(stdout);
+    }
+    return 0;
+}

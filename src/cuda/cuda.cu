@@ -284,7 +284,9 @@ static fdec_status configure(cuda_impl *c, const void *fn, size_t smem) {
     while (i < c->nconf && c->conf_fn[i] != fn) i++;
     if (i < c->nconf && c->conf_smem[i] >= smem) return FDEC_OK;
     cudaError_t e = cudaSuccess;
-    if (smem > 48 * 1024 &&
+    /* past 48 KiB with the static shared memory a launch needs the opt-in (a build with a head_dim 64 ring of three
+     * 16 KiB stages, exactly 48 KiB, failed every launch without it: bench/NOTES.md, CUDA log row 40) */
+    if (smem + FDEC_CUDA_STATIC_SMEM_MAX > 48 * 1024 &&
         (e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
         return cuda_err(e, "cudaFuncSetAttribute");
     if (i == c->nconf) { /* first time: the carveout (a hint; its failure is harmless) */

@@ -37,15 +37,17 @@
 /* Steps in shared memory: two blocks of 3 x 32 KiB fill an SM's 228 KiB. One block of 6 stages (more bytes in
  * flight, half the warps) was 28% slower at Llama 131k (bench/NOTES.md, CUDA log row 9). */
 #define FDEC_MMA_STAGES 3
-/* The same at head_dim 64 (stage bytes and stages; settable from the compiler's command line): six stages of
- * 16 KiB (64 positions), the same shared memory in finer steps. A 64-row chunk is one step instead of half of
- * one: LFM2 1k 5.6 -> 5.2 us, 32k 23.0 -> 22.8, 131k even. Three blocks an SM of four 16 KiB stages: 131k 6%
- * slower (bench/NOTES.md, CUDA log row 24). */
+/* The same at head_dim 64 (stage bytes and stages; settable from the compiler's command line): stages of 16 KiB
+ * (64 positions), so that a 64-row chunk is one step (LFM2 1k 5.6 -> 5.2 us against 32 KiB stages, CUDA log row
+ * 24). Four of them in the one block an SM (three steps in flight, 48 KiB): LFM2 131k 70.0-70.1 -> 67.2-68.0 us
+ * (3.95 TB/s), head-major 70.2-70.5 -> 68.0-68.3 (SDPA 67.1-67.9), 32k 22.5-22.8 -> 22.1-22.2 (SDPA 22.6-22.8),
+ * against six; eight as slow as six, twelve slower (bench/NOTES.md, CUDA log rows 33 a and 40). Three blocks an SM
+ * of four stages: 131k 6% slower (row 24). */
 #ifndef FDEC_MMA_D64_STAGE_BYTES
 #define FDEC_MMA_D64_STAGE_BYTES 16384
 #endif
 #ifndef FDEC_MMA_D64_STAGES
-#define FDEC_MMA_D64_STAGES 6
+#define FDEC_MMA_D64_STAGES 4
 #endif
 /* Warps a block at head_dim 512 on sm_90 (fdec_mma_warps), where one block runs on an SM (D512_ONE_BLOCK_PER_SM,
  * cuda.cu): 8, two position groups of four warps, each group 16 positions of a 64 KiB stage of 32 (with

@@ -39,10 +39,10 @@
 #define FDEC_MMA_STAGES 3
 /* The same at head_dim 64 (stage bytes and stages; settable from the compiler's command line): stages of 16 KiB
  * (64 positions), so that a 64-row chunk is one step (LFM2 1k 5.6 -> 5.2 us against 32 KiB stages, CUDA log row
- * 24). Four of them in the one block an SM (three steps in flight, 48 KiB): LFM2 131k 70.0-70.1 -> 67.2-68.0 us
- * (3.95 TB/s), head-major 70.2-70.5 -> 68.0-68.3 (SDPA 67.1-67.9), 32k 22.5-22.8 -> 22.1-22.2 (SDPA 22.6-22.8),
- * against six; eight as slow as six, twelve slower (bench/NOTES.md, CUDA log rows 33 a and 40). Three blocks an SM
- * of four stages: 131k 6% slower (row 24). */
+ * 24). Four of them in the one block an SM (three steps in flight, 48 KiB) against six: LFM2 131k 70.0-70.1 ->
+ * 66.7-68.0 us (up to 4.02 TB/s), head-major 70.2-70.5 -> 68.0-68.3 (SDPA 66.3-67.9), 32k 22.5-22.8 -> 22.0-22.2
+ * (SDPA 22.3-22.8); five between, eight as slow as six, twelve slower (bench/NOTES.md, CUDA log rows 33 a and 40).
+ * Three blocks an SM of four stages: 131k 6% slower (row 24). */
 #ifndef FDEC_MMA_D64_STAGE_BYTES
 #define FDEC_MMA_D64_STAGE_BYTES 16384
 #endif

@@ -43,12 +43,9 @@ def load_lib(path):
     return flashdec._lib, flashdec._LayerC
 
 
-WARMUP_S = 0.0
-
-
-def graph_time(fn, n_calls, stream, reps=20):
+def graph_time(fn, n_calls, stream, reps=20, warmup_s=0.0):
     """Median seconds per call of a CUDA graph, captured on `stream`, holding fn(0) .. fn(n_calls - 1), timed after
-    WARMUP_S seconds of replays (--warmup-s; by default two replays). The H200 runs into its 700 W power cap in
+    warmup_s seconds of replays (--warmup-s; at least two replays). The H200 runs into its 700 W power cap in
     these runs and then lowers its SM clock for a while: a timing right after SDPA's seconds of head_dim 512 calls
     ran ~12% slower, and longer warm-ups slow other cases instead (bench/NOTES.md, CUDA log row 37)."""
     with torch.cuda.stream(stream):
@@ -62,7 +59,7 @@ def graph_time(fn, n_calls, stream, reps=20):
     g.replay()
     torch.cuda.synchronize()
     t0, n = time.perf_counter(), 0
-    while n < 2 or time.perf_counter() - t0 < WARMUP_S:
+    while n < 2 or time.perf_counter() - t0 < warmup_s:
         g.replay()
         torch.cuda.synchronize()
         n += 1
@@ -93,7 +90,7 @@ def copy_bandwidth():
     return 2 * n / statistics.median(times) / 1e9
 
 
-def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L, twice=False):
+def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L, twice=False, warmup_s=0.0):
     dev = "cuda"
     rows = window if window else L  # a window of w in a ring of w rows: the cache holds exactly w rows
     kv_bytes = 2 * rows * G * D * 2
@@ -133,19 +130,19 @@ def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L, twice=F
         out_s[0] = F.scaled_dot_product_attention(q, sd_k[i % ncopy], sd_v[i % ncopy], scale=sdpa_scale,
                                                   enable_gqa=True)
 
+    def fdec_dense(i):
+        fdec(i, lay_dn, kd, vd, out_d)
+
     lib.fdec_context_reserve(ctx, C.byref(lay_hm), L)
     n_calls = max(ncopy, 8)
-    t_f = graph_time(fdec, n_calls, stream)
-    t_d = graph_time(lambda i: fdec(i, lay_dn, kd, vd, out_d), n_calls, stream)
-    t_s = graph_time(sdpa, n_calls, stream)
-    again = {}
+    calls = [("flashdec_us", fdec), ("flashdec_dense_us", fdec_dense), ("sdpa_us", sdpa)]
+    us = {k: graph_time(fn, n_calls, stream, warmup_s=warmup_s) * 1e6 for k, fn in calls}
     if twice:  # the three again in the reverse order: does the first timing of a case differ from a later one?
-        again = dict(sdpa_us_2=graph_time(sdpa, n_calls, stream) * 1e6,
-                     flashdec_dense_us_2=graph_time(lambda i: fdec(i, lay_dn, kd, vd, out_d), n_calls, stream) * 1e6,
-                     flashdec_us_2=graph_time(fdec, n_calls, stream) * 1e6)
+        us.update({k + "_2": graph_time(fn, n_calls, stream, warmup_s=warmup_s) * 1e6 for k, fn in reversed(calls)})
+    t_f, t_d, t_s = (us[k] * 1e-6 for k, _ in calls)
     # correctness on copy 0
     fdec(0)
-    fdec(0, lay_dn, kd, vd, out_d)
+    fdec_dense(0)
     sdpa(0)
     torch.cuda.synchronize()
     ref = F.scaled_dot_product_attention(q.double(), sd_k[0].double(), sd_v[0].double(), scale=sdpa_scale,
@@ -154,9 +151,9 @@ def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L, twice=F
     err_d = (out_d.double() - ref).abs().max().item()
     err_s = (out_s[0][0, :, 0].double() - ref).abs().max().item()
     read = 2 * min(L, window or L) * G * D * 2
-    return dict(shape=name, context=L, flashdec_us=t_f * 1e6, flashdec_dense_us=t_d * 1e6, sdpa_us=t_s * 1e6,
+    return dict(shape=name, context=L, **us,
                 flashdec_tbs=read / t_f / 1e12, flashdec_dense_tbs=read / t_d / 1e12, sdpa_tbs=read / t_s / 1e12,
-                speedup=t_s / t_f, err_flashdec=err_f, err_flashdec_dense=err_d, err_sdpa=err_s, **again)
+                speedup=t_s / t_f, err_flashdec=err_f, err_flashdec_dense=err_d, err_sdpa=err_s)
 
 
 def main():
@@ -171,10 +168,9 @@ def main():
     ap.add_argument("--twice", action="store_true",
                     help="time each case's three calls again in the reverse order (SDPA, dense, head-major) and print "
                          "those times on a second line")
-    ap.add_argument("--warmup-s", type=float, default=WARMUP_S,
+    ap.add_argument("--warmup-s", type=float, default=0.0,
                     help="seconds of graph replays before each timing (default %(default)s: two replays)")
     a = ap.parse_args()
-    globals()["WARMUP_S"] = a.warmup_s  # graph_time's
     names = [p[0] for p in PRESETS]
     want = names if a.preset == "all" else a.preset.split(",")
     for w in want:
@@ -205,7 +201,7 @@ def main():
             if st:
                 sys.exit("fdec_context_create: " + lib.fdec_last_error().decode())
             with torch.cuda.stream(s):
-                r = run_case(lib, Layer, ctx, s, name, D, H, G, window, scale, L, a.twice)
+                r = run_case(lib, Layer, ctx, s, name, D, H, G, window, scale, L, a.twice, a.warmup_s)
             lib.fdec_context_destroy(ctx)
             r["copy_bw_gbs"] = bw
             results.append(r)

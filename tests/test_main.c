@@ -167,7 +167,10 @@ static int make_path_contexts(path_ctx *pc) {
             fdec_options o = fdec_default_options();
             o.cuda_stream = i ? g_stream : NULL;
             if (i == 2) setenv("FDEC_CUDA_KERNEL", "simt", 1);
-            if (i == 3) setenv("FDEC_CUDA_MIN_CHUNK", "32", 1), setenv("FDEC_CUDA_D512_STRIDED_MIN", "32", 1);
+            if (i == 3) { /* and head_dim 512's strided instance at every chunk length (cuda.cu) */
+                setenv("FDEC_CUDA_MIN_CHUNK", "32", 1);
+                setenv("FDEC_CUDA_D512_STRIDED_MIN", "32", 1);
+            }
             fdec_status st = fdec_context_create(FDEC_BACKEND_CUDA, &o, &pc[n].ctx);
             unsetenv("FDEC_CUDA_KERNEL");
             unsetenv("FDEC_CUDA_MIN_CHUNK");

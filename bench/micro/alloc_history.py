@@ -42,6 +42,7 @@ def time_set(lib, Layer, ctx, s, t, tag, D=512, H=16, G=2):
             raise RuntimeError(lib.fdec_last_error().decode())
 
     buf = torch.empty_like(k)
+
     def sums(i):
         torch.sum(k, dtype=torch.float32)
         torch.sum(v, dtype=torch.float32)

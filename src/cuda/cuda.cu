@@ -185,9 +185,7 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     if (lp.mma && mma_smem(p->D, c->cc_major) + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin) lp.mma = 0;
     lp.rt = lp.mma ? 8 : heads_per_block(p->R, lp.fast, elems, es);
     lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
-    if (lp.mma)
-        lp.fn = NULL; /* below, once the split is known */
-    else switch (p->kvt) {
+    if (!lp.mma) switch (p->kvt) { /* the tensor-core instance is picked below, once the split is known */
         case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt); break;
         case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt); break;
         default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt); break;
@@ -216,7 +214,7 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
         if (s2.num_chunks <= FDEC_MERGE_SMALL_MAX && s2.num_chunks > lp.split.num_chunks) lp.split = s2;
     }
 #endif
-    if (lp.mma) {
+    if (lp.mma) { /* head_dim 512's strided instance where chunks are long (pick_mma) */
         const int strided = c->d512_strided_min && lp.split.num_chunks > 1 && lp.split.chunk_len >= c->d512_strided_min;
         lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D, c->cc_major, strided)
                                    : pick_mma<__nv_bfloat16>(p->D, c->cc_major, strided);

@@ -32,7 +32,9 @@
  * best on the H200 at long contexts: for the SIMT kernel the occupancy calculator's three gave 131k contexts 20-30%
  * slower; for the tensor-core kernel one block of six stages instead of two of three ran Llama 131k 28% slower,
  * three blocks of four 16 KiB stages at head_dim 64 6% slower (bench/NOTES.md, CUDA log rows 4, 9 and 24). */
+#ifndef FDEC_CUDA_BLOCKS_PER_SM
 #define FDEC_CUDA_BLOCKS_PER_SM 2
+#endif
 
 struct fdec_cuda_params {
     const void *q, *k, *v;

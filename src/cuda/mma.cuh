@@ -33,10 +33,14 @@
 #pragma once
 #include "kernels.cuh"
 
+#ifndef FDEC_MMA_STAGE_BYTES
 #define FDEC_MMA_STAGE_BYTES 32768
+#endif
 /* Steps in shared memory: two blocks of 3 x 32 KiB fill an SM's 228 KiB. One block of 6 stages (more bytes in
  * flight, half the warps) was 28% slower at Llama 131k (bench/NOTES.md, CUDA log row 9). */
+#ifndef FDEC_MMA_STAGES
 #define FDEC_MMA_STAGES 3
+#endif
 /* The same at head_dim 64 (stage bytes and stages; settable from the compiler's command line): stages of 16 KiB
  * (64 positions), so that a 64-row chunk is one step (LFM2 1k 5.6 -> 5.2 us against 32 KiB stages, CUDA log row
  * 24). Four of them in the one block an SM (three steps in flight, 48 KiB) against six: LFM2 131k 70.0-70.1 ->

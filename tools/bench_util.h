@@ -61,6 +61,11 @@ double fd_lse_error(const fd_problem *pr, const float *lse, const double *ref_ls
  * and f32 FMA peak in GFLOP/s (2 flops per FMA) with `threads` threads. */
 double fd_read_bandwidth(size_t bytes, uint32_t threads);
 double fd_fma_peak(uint32_t threads);
+/* The vector width fd_fma_peak measures with: 512 where the CPU has AVX-512 (the CPU kernel's widest path), 256
+ * with AVX2 + FMA, 0 elsewhere (the peak is then 0 and only the memory floor counts). */
+int fd_fma_width(void);
+/* The size in bytes of the largest cache that Linux reports for CPU 0 (the L3), 0 if it cannot be read. */
+size_t fd_l3_bytes(void);
 
 /* KV bytes a call reads: 2 * attended positions * kv heads * head_dim * element size. */
 double fd_kv_bytes(const fdec_problem *p);

@@ -218,8 +218,14 @@ ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_
 #ifndef FDEC_CPU_ROWMAJOR
 #define FDEC_CPU_ROWMAJOR 1
 #endif
-#define ROWMAJOR_MIN_BYTES 512
-#define ROWMAJOR_MAX_R 4
+#ifndef FDEC_CPU_ROWMAJOR_MIN_BYTES
+#define FDEC_CPU_ROWMAJOR_MIN_BYTES 512
+#endif
+#ifndef FDEC_CPU_ROWMAJOR_MAX_R
+#define FDEC_CPU_ROWMAJOR_MAX_R 4
+#endif
+#define ROWMAJOR_MIN_BYTES FDEC_CPU_ROWMAJOR_MIN_BYTES
+#define ROWMAJOR_MAX_R FDEC_CPU_ROWMAJOR_MAX_R
 #ifndef FDEC_CPU_JR
 #define FDEC_CPU_JR 8 /* rows a row-major group */
 #endif
@@ -321,6 +327,9 @@ SPEC_T(128)
 SPEC_T(256)
 SPEC_T(512)
 #if FDEC_CPU_ROWMAJOR
+#if FDEC_CPU_ROWMAJOR_MIN_BYTES <= 128
+SPEC_RM(64)
+#endif
 SPEC_RM(0)
 SPEC_RM(128)
 SPEC_RM(256)
@@ -341,7 +350,11 @@ void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float 
 #endif
     fdec_cpu_chunk_fn f;
     switch (a->D) {
+#if FDEC_CPU_ROWMAJOR && FDEC_CPU_ROWMAJOR_MIN_BYTES <= 128
+    case 64: f = PICK(64); break;
+#else
     case 64: f = PICK1(64, ); break;
+#endif
     case 128: f = PICK(128); break;
     case 256: f = PICK(256); break;
     case 512: f = PICK(512); break;

@@ -1,0 +1,114 @@
+/* ab_dram.c — two builds of libflashdec compared call for call in one process, on caches that miss the L3: the
+ * paired comparison that a shared, noisy machine needs (CPU log rows from session 13 on, bench/NOTES.md). Each
+ * build is loaded by dlopen (RTLD_LOCAL, so the two keep their own symbols); the calls alternate A B B A ... over
+ * rotating copies of an f16 cache covering twice the L3, so that every call reads from DRAM and a drift of the
+ * machine's speed falls on both builds alike.
+ *
+ *   cc -O2 -Iinclude bench/micro/ab_dram.c -ldl -lm -o build/ab_dram
+ *   build/ab_dram libA.so libB.so D H G L threads pairs     e.g. ... 128 32 8 32768 2 40
+ *
+ * Prints each build's median us per call and GB/s and the median of the pairs' time ratios B/A (< 1: B faster). */
+#define _GNU_SOURCE
+#include "flashdec.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef fdec_status (*create_fn)(fdec_backend, const fdec_options *, fdec_context **);
+typedef fdec_status (*decode_fn)(fdec_context *, const fdec_layer *, uint32_t, const void *, const void *,
+                                 const void *, void *, float *);
+typedef fdec_options (*defopts_fn)(void);
+
+typedef struct {
+    decode_fn decode;
+    fdec_context *ctx;
+} build;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int load(const char *path, uint32_t threads, build *b) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return fprintf(stderr, "%s\n", dlerror()), 1;
+    create_fn create = (create_fn)dlsym(h, "fdec_context_create");
+    defopts_fn defopts = (defopts_fn)dlsym(h, "fdec_default_options");
+    b->decode = (decode_fn)dlsym(h, "fdec_decode");
+    if (!create || !defopts || !b->decode) return fprintf(stderr, "%s: not a flashdec library\n", path), 1;
+    fdec_options o = defopts();
+    o.threads = threads;
+    return create(FDEC_BACKEND_CPU, &o, &b->ctx) != FDEC_OK;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+static size_t l3_bytes(void) {
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    unsigned long v = 32768;
+    if (f) {
+        if (fscanf(f, "%lu", &v) != 1) v = 32768;
+        fclose(f);
+    }
+    return (size_t)v << 10;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 9) {
+        fprintf(stderr, "usage: %s libA.so libB.so head_dim q_heads kv_heads seq_len threads pairs\n", argv[0]);
+        return 2;
+    }
+    const uint32_t D = (uint32_t)atoi(argv[3]), H = (uint32_t)atoi(argv[4]), G = (uint32_t)atoi(argv[5]),
+                   L = (uint32_t)atoi(argv[6]), threads = (uint32_t)atoi(argv[7]);
+    const int pairs = atoi(argv[8]);
+    build b[2];
+    if (load(argv[1], threads, &b[0]) || load(argv[2], threads, &b[1])) return 1;
+    fdec_layer ly = {0};
+    ly.head_dim = D, ly.num_q_heads = H, ly.num_kv_heads = G;
+    ly.q_dtype = FDEC_F32, ly.kv_dtype = FDEC_F16, ly.out_dtype = FDEC_F32;
+    const size_t n = (size_t)L * G * D, bytes = 2 * n * 2;
+    int ncopy = (int)((2 * l3_bytes() + bytes - 1) / bytes) + 1;
+    if (ncopy < 3) ncopy = 3;
+    uint16_t **k = calloc((size_t)ncopy, sizeof *k), **v = calloc((size_t)ncopy, sizeof *v);
+    float *q = malloc((size_t)H * D * 4), *out = malloc((size_t)H * D * 4);
+    srand(1);
+    for (int c = 0; c < ncopy; c++) {
+        k[c] = malloc(n * 2), v[c] = malloc(n * 2);
+        if (!k[c] || !v[c]) return fprintf(stderr, "out of memory\n"), 1;
+        for (size_t i = 0; i < n; i++) { /* f16 values in [1, 2) for K, [0.5, 1) for V */
+            k[c][i] = (uint16_t)(0x3c00 | (rand() & 0x3ff));
+            v[c][i] = (uint16_t)(0x3800 | (rand() & 0x3ff));
+        }
+    }
+    for (size_t i = 0; i < (size_t)H * D; i++) q[i] = (float)(rand() % 1000) / 1000.f;
+    double *t[2] = {malloc(sizeof(double) * pairs), malloc(sizeof(double) * pairs)}, *r = malloc(sizeof(double) * pairs);
+    int c = 0;
+    for (int i = -2; i < pairs; i++) { /* two pairs of warm-up */
+        for (int s = 0; s < 2; s++) {
+            const int w = (i & 1) ? 1 - s : s; /* A B, then B A */
+            const double t0 = now();
+            if (b[w].decode(b[w].ctx, &ly, L, q, k[c], v[c], out, NULL)) return fprintf(stderr, "decode failed\n"), 1;
+            const double dt = now() - t0;
+            if (i >= 0) t[w][i] = dt;
+            c = (c + 1) % ncopy;
+        }
+        if (i >= 0) r[i] = t[1][i] / t[0][i];
+    }
+    const double ra = median(r, pairs), ta = median(t[0], pairs), tb = median(t[1], pairs);
+    printf("D%u H%u G%u L%u threads %u, %d pairs over %d copies: A %.1f us (%.2f GB/s), B %.1f us (%.2f GB/s), "
+           "B/A %.3f\n",
+           D, H, G, L, threads, pairs, ncopy, ta * 1e6, bytes / ta / 1e9, tb * 1e6, bytes / tb / 1e9, ra);
+    return 0;
+}

@@ -73,6 +73,11 @@ int main(int argc, char **argv) {
     const uint32_t D = (uint32_t)atoi(argv[3]), H = (uint32_t)atoi(argv[4]), G = (uint32_t)atoi(argv[5]),
                    L = (uint32_t)atoi(argv[6]), threads = (uint32_t)atoi(argv[7]);
     const int pairs = atoi(argv[8]);
+    if (!D || !H || !G || H % G || !L || !threads || pairs < 1) {
+        fprintf(stderr, "head_dim, the heads (q_heads a multiple of kv_heads), seq_len, threads and pairs must be "
+                        "positive\n");
+        return 2;
+    }
     build b[2];
     if (load(argv[1], threads, &b[0]) || load(argv[2], threads, &b[1])) return 1;
     fdec_layer ly = {0};
@@ -93,7 +98,8 @@ int main(int argc, char **argv) {
         }
     }
     for (size_t i = 0; i < (size_t)H * D; i++) q[i] = (float)(rand() % 1000) / 1000.f;
-    double *t[2] = {malloc(sizeof(double) * pairs), malloc(sizeof(double) * pairs)}, *r = malloc(sizeof(double) * pairs);
+    double *t[2] = {malloc(sizeof(double) * pairs), malloc(sizeof(double) * pairs)};
+    double *r = malloc(sizeof(double) * pairs);
     int c = 0;
     for (int i = -2; i < pairs; i++) { /* two pairs of warm-up */
         for (int s = 0; s < 2; s++) {

@@ -32,6 +32,7 @@ typedef struct {
     uint32_t threads;
     fdec_cpu_path path;
     fdec_cpu_chunk_fn chunk;
+    uint32_t pf_blocks;
     void *scratch;
     size_t cap;
 } cpu_impl;
@@ -45,6 +46,19 @@ static uint64_t xcr0(void) {
     return (uint64_t)hi << 32 | lo;
 }
 #endif
+
+uint32_t fdec_cpu_pf_blocks(void) {
+#ifdef FDEC_CPU_PF_BLOCKS
+    return FDEC_CPU_PF_BLOCKS > 0 ? FDEC_CPU_PF_BLOCKS : 1;
+#else
+#ifdef FDEC_X86
+    unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu)
+        return 1; /* "GenuineIntel" */
+#endif
+    return 2;
+#endif
+}
 
 /* By cpuid and xgetbv rather than __builtin_cpu_supports, whose feature names differ between compilers. */
 unsigned fdec_cpu_features(void) {
@@ -276,7 +290,7 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
                  p->scale);
         for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
     }
-    fdec_cpu_args a = {p->D, Dp, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs};
+    fdec_cpu_args a = {p->D, Dp, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, c->pf_blocks};
     run_ctx r = {&a, c->chunk, s, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
                  (float *)(base + L.s)};
     if (s.num_chunks == 1) run_chunk(&r, 0, 1);
@@ -319,6 +333,7 @@ fdec_status fdec_cpu_create(const fdec_options *o, void **impl, const fdec_backe
         return free(c), fdec_set_error(FDEC_EINVAL, "threads (%u) must be at most 1024", o->threads);
     c->path = path;
     c->chunk = path_kernel(path);
+    c->pf_blocks = fdec_cpu_pf_blocks();
     c->pfor = o->parallel_for;
     c->puser = o->parallel_user;
     if (!c->pfor && !(c->pool = fdec_pool_create(c->threads))) {

@@ -18,7 +18,13 @@ typedef struct {
     fdec_dtype kvt;
     const void *k, *v;
     const float *q;          /* [H][Dp] f32, pre-multiplied by scale, zero-padded */
+    uint32_t pf_blocks;      /* how many blocks ahead the kernel prefetches rows (>= 1): fdec_cpu_pf_blocks() */
 } fdec_cpu_args;
+
+/* The prefetch distance in blocks for this machine: FDEC_CPU_PF_BLOCKS when the build sets it, otherwise 1 on Intel
+ * processors and 2 elsewhere. AMD Zen 4: 2 best, 1, 3, 4 and 8 slower (bench/NOTES.md, CPU log rows 6 and 15);
+ * Intel Xeon (Emerald Rapids): 1 best, 5-9% faster than 2 from DRAM, 3 and 4 slower (CPU log row 36). */
+uint32_t fdec_cpu_pf_blocks(void);
 
 /* Partial state of all H heads over positions [t0, t1): m[H], l[H], o[H][Dp]. sT: H * NB floats of work (the scores
  * of a block, every KV head's with FDEC_CPU_ROWMAJOR, kern.h). */

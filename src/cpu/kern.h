@@ -25,17 +25,25 @@
 
 /* The padding row count of the score buffer. */
 #define NB FDEC_CPU_NB
-/* How many blocks ahead the rows are prefetched: 2 measured best (bench/NOTES.md, CPU rows 6 and 15). */
-#ifndef FDEC_CPU_PF_BLOCKS
-#define FDEC_CPU_PF_BLOCKS 2
-#endif
+/* How many blocks ahead the rows are prefetched: a->pf_blocks, set per machine by cpu.c (fdec_cpu_pf_blocks). */
 
-/* A chunk's first two blocks come before the loop's prefetch (which asks for block b + 2 during block b) can ask
- * for them. 1: the first block's KV head g + 1 and the second block's head g are asked for while the first block's
- * head g computes; 0: the first block all at once, the second never (the code before session 6). 1 is 1-3% faster
- * at 1k with one thread, ~1% with two (bench/NOTES.md, CPU row 25). */
+/* A chunk's first two blocks come before the loop's prefetch (which asks for block b + pf_blocks during block b)
+ * can ask for them. 1: the first block's KV head g + 1 and the second block's head g are asked for while the first
+ * block's head g computes; 0: the first block all at once, the second never (the code before session 6). 1 is 1-3%
+ * faster at 1k with one thread, ~1% with two (bench/NOTES.md, CPU row 25). */
 #ifndef FDEC_CPU_RAMP
 #define FDEC_CPU_RAMP 1
+#endif
+
+/* One software prefetch of the line at p into L2 (prefetcht1). FDEC_CPU_PF_HINT and FDEC_CPU_PF_OFF change it for
+ * experiments (bench/NOTES.md, CPU log row 36). */
+#ifndef FDEC_CPU_PF_HINT
+#define FDEC_CPU_PF_HINT 2
+#endif
+#if FDEC_CPU_PF_OFF
+#define PF_LINE(p) ((void)(p))
+#else
+#define PF_LINE(p) __builtin_prefetch((p), 0, FDEC_CPU_PF_HINT)
 #endif
 
 /* Asks for one row of `bytes` bytes to be brought into L2. A dense cache walked one KV head at a time strides
@@ -43,7 +51,7 @@
  * a few at a time while this block computes keeps the memory busy without stalling the core on a burst of
  * misses (bench/NOTES.md). */
 ALWAYS_INLINE void prefetch_row(const char *p, size_t bytes) {
-    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
+    for (size_t b = 0; b < bytes; b += 64) PF_LINE(p + b);
 }
 
 /* All of one KV head's rows of a block at once: nb rows of K and of V from byte offset off, rstride apart. */
@@ -77,7 +85,7 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
         uint32_t d = 0;
         for (; d + VW <= D; d += VW) {
             if (spread && (d * es) % 64 == 0)
-                for (uint32_t p = 0; p < npf; p++) __builtin_prefetch(kn + (size_t)(j0 + p) * kstride + d * es, 0, 2);
+                for (uint32_t p = 0; p < npf; p++) PF_LINE(kn + (size_t)(j0 + p) * kstride + d * es);
             V qv[8];
             for (uint32_t h = 0; h < HT; h++) {
                 qv[h] = vloadf(q + (size_t)h * Dp + d);
@@ -149,7 +157,7 @@ ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const fl
     const size_t pf0 = ((size_t)d0 * es) & ~(size_t)63;
     for (uint32_t j = 0; j < nb; j++) {
         if (j < nn)
-            for (size_t b = pf0; b < se; b += 64) __builtin_prefetch(vn + (size_t)j * vstride + b, 0, 2);
+            for (size_t b = pf0; b < se; b += 64) PF_LINE(vn + (size_t)j * vstride + b);
         const char *vr = vb + (size_t)j * vstride + d0 * es;
         V vv[8];
         for (uint32_t t = 0; t < DT; t++)
@@ -271,7 +279,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
     }
     for (uint64_t t = t0; t < t1;) {
         BLOCK_AT(t, row, nb)
-        const uint64_t tp = t + nb + (FDEC_CPU_PF_BLOCKS - 1) * NB; /* the block to prefetch */
+        const uint64_t tp = t + nb + (uint64_t)(a->pf_blocks - 1) * NB; /* the block to prefetch */
         BLOCK_AT(tp, nrow, nnb)
         if (tp >= t1) nnb = 0;
         const char *kb = kc + row * rstride, *vb = vc + row * rstride;

@@ -232,8 +232,6 @@ ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_
 #ifndef FDEC_CPU_ROWMAJOR_MAX_R
 #define FDEC_CPU_ROWMAJOR_MAX_R 4
 #endif
-#define ROWMAJOR_MIN_BYTES FDEC_CPU_ROWMAJOR_MIN_BYTES
-#define ROWMAJOR_MAX_R FDEC_CPU_ROWMAJOR_MAX_R
 #ifndef FDEC_CPU_JR
 #define FDEC_CPU_JR 8 /* rows a row-major group */
 #endif
@@ -351,7 +349,8 @@ void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float 
      : a->kvt == FDEC_BF16 ? FN(chunk_##Dc##_BF16##sfx)                                                         \
                            : FN(chunk_##Dc##_F32##sfx))
 #if FDEC_CPU_ROWMAJOR
-    const int rm = (size_t)a->D * fdec_dtype_size(a->kvt) >= ROWMAJOR_MIN_BYTES && a->R <= ROWMAJOR_MAX_R;
+    const int rm = (size_t)a->D * fdec_dtype_size(a->kvt) >= FDEC_CPU_ROWMAJOR_MIN_BYTES &&
+                   a->R <= FDEC_CPU_ROWMAJOR_MAX_R;
 #define PICK(Dc) (rm ? PICK1(Dc, _rm) : PICK1(Dc, ))
 #else
 #define PICK(Dc) PICK1(Dc, )

@@ -397,6 +397,26 @@ static fdec_status cuda_check_ptrs(void *impl, const void *q, const void *k, con
 
 static void cuda_destroy(void *impl) {
     cuda_impl *c = (cuda_impl *)impl;
+#if FDEC_CUDA_TIMELINE
+    const char *tl_out = getenv("FDEC_TL_OUT");
+    unsigned tl_n = 0;
+    fdec_tl_rec *tl = (fdec_tl_rec *)malloc(sizeof(fdec_tl_rec) * FDEC_TL_N);
+    FILE *tl_f = tl_out && tl ? fopen(tl_out, "a") : NULL;
+    if (tl_f && cudaMemcpyFromSymbol(&tl_n, fdec_tl_n, sizeof tl_n) == cudaSuccess &&
+        cudaMemcpyFromSymbol(tl, fdec_tl, sizeof(fdec_tl_rec) * FDEC_TL_N) == cudaSuccess) {
+        const unsigned n = tl_n < FDEC_TL_N ? tl_n : FDEC_TL_N;
+        fprintf(tl_f, "# dump %u records (of %u)\n", n, tl_n);
+        for (unsigned i = 0; i < n; i++) {
+            const fdec_tl_rec *r = &tl[(tl_n - n + i) & (FDEC_TL_N - 1)];
+            fprintf(tl_f, "%u %u %u %u %llu %llu %llu %llu %lld %lld %lld\n", r->kind, r->block, r->nblocks, r->sm,
+                    r->t[0], r->t[1], r->t[2], r->t[3], r->c[0], r->c[1], r->c[2]);
+        }
+        const unsigned zero = 0;
+        cudaMemcpyToSymbol(fdec_tl_n, &zero, sizeof zero);
+    }
+    if (tl_f) fclose(tl_f);
+    free(tl);
+#endif
     if (c->scratch) {
         cudaSetDevice(c->device);
         cudaFree(c->scratch);

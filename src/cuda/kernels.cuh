@@ -57,6 +57,53 @@ __device__ __forceinline__ uint32_t fdec_cache_row(const fdec_cuda_params &p, ui
     return row >= p.ring ? row - p.ring : row;
 }
 
+/* FDEC_CUDA_TIMELINE (a measurement build, off): thread 0 of every tensor-core decode block and merge block records
+ * the global timer at its entry, after its grid wait, before its tail (merge: before its sums' end) and at its end,
+ * with its SM and clock64 deltas, into a ring of FDEC_TL_N records that cuda_destroy appends to the file named by
+ * FDEC_TL_OUT; bench/timeline.py splits them into calls (bench/NOTES.md, CUDA log row 45). The record costs one
+ * atomic a block: a timeline build's short calls take ~1 us longer. */
+#ifndef FDEC_CUDA_TIMELINE
+#define FDEC_CUDA_TIMELINE 0
+#endif
+#if FDEC_CUDA_TIMELINE
+struct fdec_tl_rec {
+    unsigned long long t[4];
+    unsigned kind, block, sm, nblocks;
+    long long c[3]; /* clock64 from the entry to marks 1 and 2 and to the end */
+};
+#define FDEC_TL_N (1u << 16)
+__device__ fdec_tl_rec fdec_tl[FDEC_TL_N];
+__device__ unsigned fdec_tl_n;
+__device__ __forceinline__ unsigned long long fdec_gtime() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define FDEC_TL_DECL                                                                                            \
+    unsigned long long fdec_tl_t[3] = {0, 0, 0};                                                                \
+    long long fdec_tl_c[3] = {0, 0, 0};
+#define FDEC_TL_MARK(i)                                                                                         \
+    if (threadIdx.x == 0) fdec_tl_t[i] = fdec_gtime(), fdec_tl_c[i] = clock64();
+#define FDEC_TL_END(k)                                                                                          \
+    if (threadIdx.x == 0) {                                                                                     \
+        unsigned sm_;                                                                                           \
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                                                      \
+        const unsigned long long te_ = fdec_gtime();                                                            \
+        const long long c_ = clock64();                                                                         \
+        const unsigned slot = atomicAdd(&fdec_tl_n, 1u) & (FDEC_TL_N - 1);                                     \
+        fdec_tl_rec r_;                                                                                         \
+        r_.t[0] = fdec_tl_t[0], r_.t[1] = fdec_tl_t[1], r_.t[2] = fdec_tl_t[2], r_.t[3] = te_;                  \
+        r_.kind = (k), r_.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), r_.sm = sm_;  \
+        r_.nblocks = gridDim.x * gridDim.y * gridDim.z;                                                         \
+        r_.c[0] = fdec_tl_c[1] - fdec_tl_c[0], r_.c[1] = fdec_tl_c[2] - fdec_tl_c[0], r_.c[2] = c_ - fdec_tl_c[0]; \
+        fdec_tl[slot] = r_;                                                                                     \
+    }
+#else
+#define FDEC_TL_DECL
+#define FDEC_TL_MARK(i)
+#define FDEC_TL_END(k)
+#endif
+
 /* A kernel launched as a programmatic dependent (sm_90; cuda.cu) may start while the grid before it in the stream
  * is still running: it waits here, before its first read or write of memory the earlier grid may touch, until that
  * grid has finished and its writes are visible. Elsewhere a no-op. */
@@ -376,8 +423,12 @@ __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, 
 #define FDEC_MERGE_SPLIT_CHUNKS 32
 template <bool SPLIT>
 __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(const fdec_cuda_params p) {
+    FDEC_TL_DECL
+    FDEC_TL_MARK(0)
     fdec_merge_trigger();
     fdec_grid_wait();
+    FDEC_TL_MARK(1)
+    FDEC_TL_MARK(2)
     extern __shared__ float msm[]; /* [nc] weights, 3, [FDEC_MERGE_THREADS] partial sums */
     const uint32_t h = blockIdx.x;
     const int slice = (int)((p.D + gridDim.y - 1) / gridDim.y);
@@ -385,6 +436,7 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(co
     const fdec_chunk_src src = {p.part_m, p.part_l, p.part_o, p.nc, p.D, h, d0};
     fdec_merge_heads<SPLIT>(src, 1, p.nc, width, msm, msm + p.nc, msm + p.nc + 3, p.out, (size_t)h * p.D + d0, p.ot,
                      p.lse && blockIdx.y == 0 ? p.lse + h : NULL);
+    FDEC_TL_END(3)
 }
 
 /* The merge of a decode's chunk states when there are at most 32 J of them (every preset's merge but the Gemma 4
@@ -400,8 +452,11 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(co
 #define FDEC_MERGE_SMALL_MAX 64 /* chunks it merges at most: fdec_chunk_merge_small<2> */
 template <int J>
 __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(const fdec_cuda_params p) {
+    FDEC_TL_DECL
+    FDEC_TL_MARK(0)
     fdec_merge_trigger();
     fdec_grid_wait();
+    FDEC_TL_MARK(1)
     const uint32_t h = blockIdx.x, n = p.nc;
     const int lane = threadIdx.x & 31;
     const uint32_t d = blockIdx.y * FDEC_MERGE_THREADS + threadIdx.x;
@@ -424,12 +479,14 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(con
         const float wc = __shfl_sync(0xffffffffu, w[c / 32], c % 32);
         O += (uint32_t)c < n && wc != 0.f ? wc * x[c] : 0.f;
     }
+    FDEC_TL_MARK(2)
     const bool empty = L == 0.f && M == -INFINITY;
     const float y = empty ? 0.f : O / L;
     const bool bad = __syncthreads_or(act && !isfinite(y)) || (!isfinite(M) && M != -INFINITY);
     if (act) fdec_store_any(p.out, (size_t)h * p.D + d, p.ot, bad ? NAN : y);
     if (p.lse && blockIdx.y == 0 && threadIdx.x == 0)
         p.lse[h] = bad ? NAN : empty ? -INFINITY : fdec_state_lse(M, L);
+    FDEC_TL_END(2)
 }
 
 /* fdec_merge on the device: up to FDEC_CUDA_MERGE_MAX (out_i, lse_i) pairs per launch, a block per tile of 8

@@ -286,6 +286,8 @@ __device__ __forceinline__ void fdec_split16(float x, float (&t)[3]) {
 
 template <typename KT, int D, int NW, bool STR = false>
 __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma_kernel(const fdec_cuda_params p) {
+    FDEC_TL_DECL
+    FDEC_TL_MARK(0)
     using S = fdec_mma_shape<D, NW>;
     constexpr int NSTAGE = S::STAGES;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
@@ -351,6 +353,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
     }
 #endif
     fdec_grid_wait(); /* nothing above touches memory an earlier grid may use */
+    FDEC_TL_MARK(1)
 
     /* q's loads go out first and are used after the first steps' copies are issued: their latency hides behind
      * the copies' issue. When they went out after the copies, the wait on them was 13% of the Llama 1k decode
@@ -655,5 +658,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
         }
     }
     __syncthreads();
+    FDEC_TL_MARK(2)
     fdec_block_tail<D, RT, WP>(p, smem, nh, h0, chunk);
+    FDEC_TL_END(1)
 }

@@ -2,7 +2,7 @@
  * positions over 32-row blocks of f16 K at a row stride S, q (8 x 512 f32) in registers a d-step, the 16 sums
  * reduced by kern.h's transposing tree; % of two 512-bit FMAs a cycle at 2.66 GHz (bench/NOTES.md, CPU log row 39).
  * VAR 1: K read as f32 words (no conversion); VAR 2: no reduction (lane 0 taken).
- *   for V in 0 1 2; do cc -O2 -mavx512f -mf16c -DVAR=$V bench/micro/pass_qk.c -o /tmp/qk$V; /tmp/qk$V 2048 1048576; done
+ *   for V in 0 1 2; do cc -O2 -march=native -Iinclude -DVAR=$V bench/micro/pass_qk.c -o /tmp/qk$V; /tmp/qk$V 2048 1048576; done
  */
 #include <immintrin.h>
 #include <stdio.h>
@@ -11,34 +11,21 @@
 #include <string.h>
 #include <time.h>
 static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec*1e-9;}
-static inline void vpin(__m512*x){__asm__("":"+v"(*x));}
-static inline void vreduce_all(const __m512 *a, float *out) {
-    __m512 w[8], u[4], z[2];
-    for (int i = 0; i < 8; i++)
-        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
-    for (int i = 0; i < 4; i++)
-        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                    _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    for (int i = 0; i < 2; i++)
-        z[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                    _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, r));
-}
-#define D 512
-#define NB 32
+#define FDEC_ISA 2
+#include "../../src/cpu/simd.h" /* vreduce_all: kern.h's transposing reduction */
+#define DIM 512
+#define ROWS 32
 #ifndef VAR
 #define VAR 0
 #endif
 __attribute__((noinline)) void qk(const char*kb,size_t S,const float*q,float*sT){
-  for(int j0=0;j0<NB;j0+=2){
+  for(int j0=0;j0<ROWS;j0+=2){
     __m512 acc[16]; for(int i=0;i<16;i++)acc[i]=_mm512_setzero_ps();
     const char*k0=kb+(size_t)j0*S,*k1=k0+S;
     _Pragma("GCC unroll 2")
-    for(int d=0;d<D;d+=16){
+    for(int d=0;d<DIM;d+=16){
       __m512 qv[8];
-      _Pragma("GCC unroll 8") for(int h=0;h<8;h++){qv[h]=_mm512_loadu_ps(q+h*D+d);vpin(&qv[h]);}
+      _Pragma("GCC unroll 8") for(int h=0;h<8;h++){qv[h]=_mm512_loadu_ps(q+h*DIM+d);vpin(&qv[h]);}
 #if VAR==1
       __m512 a=_mm512_loadu_ps((const float*)(k0+d*2)), b=_mm512_loadu_ps((const float*)(k1+d*2)); // no cvt
 #else
@@ -52,15 +39,15 @@ __attribute__((noinline)) void qk(const char*kb,size_t S,const float*q,float*sT)
 #else
     vreduce_all(acc,sums);
 #endif
-    for(int h=0;h<8;h++){sT[h*NB+j0]=sums[h*2];sT[h*NB+j0+1]=sums[h*2+1];}
+    for(int h=0;h<8;h++){sT[h*ROWS+j0]=sums[h*2];sT[h*ROWS+j0+1]=sums[h*2+1];}
   }
 }
 int main(int c,char**av){
-  size_t S=atoi(av[1]); size_t span=atol(av[2]); int nblk=span/(S*NB); if(nblk<1)nblk=1;
-  char*v=aligned_alloc(64,S*NB*nblk+4096); for(size_t i=0;i<S*NB*nblk+2048;i+=2)*(uint16_t*)(v+i)=0x3800|(rand()&0x3ff);
-  static float q[8*D],sT[8*NB]; for(int i=0;i<8*D;i++)q[i]=0.001f*(i%7);
-  long iters=40000000L/(NB*D/16*16)*16; double best=1e9;
-  for(int r=0;r<7;r++){double t=now();for(long i=0;i<iters;i++)qk(v+(i%nblk)*S*NB,S,q,sT);t=now()-t;if(t<best)best=t;}
-  double fm=(double)iters*NB*D/16*8;
+  size_t S=atoi(av[1]); size_t span=atol(av[2]); int nblk=span/(S*ROWS); if(nblk<1)nblk=1;
+  char*v=aligned_alloc(64,S*ROWS*nblk+4096); for(size_t i=0;i<S*ROWS*nblk+2048;i+=2)*(uint16_t*)(v+i)=0x3800|(rand()&0x3ff);
+  static float q[8*DIM],sT[8*ROWS]; for(int i=0;i<8*DIM;i++)q[i]=0.001f*(i%7);
+  long iters=40000000L/(ROWS*DIM/16*16)*16; double best=1e9;
+  for(int r=0;r<7;r++){double t=now();for(long i=0;i<iters;i++)qk(v+(i%nblk)*S*ROWS,S,q,sT);t=now()-t;if(t<best)best=t;}
+  double fm=(double)iters*ROWS*DIM/16*8;
   printf("VAR %d S=%zu span %zuK: %.1f%% of 2 FMA/cycle @2.66 (%g)\n",VAR,S,span>>10,100*fm/2/2.66e9/best,sT[3]);
 }

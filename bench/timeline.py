@@ -8,11 +8,9 @@ launch and the merge launch after it) and prints medians over the calls, in micr
 
   bench/timeline.py FILE [FILE ...]
 """
+import collections
 import statistics as st
 import sys
-
-KIND = {1: "decode", 2: "merge_small", 3: "merge"}
-
 
 def load(path):
     dumps, cur = [], None
@@ -90,6 +88,21 @@ def report(name, recs):
         med([c[0] for c in dc]), med([c[1] for c in dc]), med([c[2] for c in dc]), med([c[2] - c[1] for c in dc])))
     print("  merge block, cycles: entry->go %.0f, go->mark 2 (the sums done) %.0f, mark 2->end %.0f" % (
         med([c[0] for c in mc]), med([c[1] - c[0] for c in mc]), med([c[2] - c[1] for c in mc])))
+    # the same SMs late every call? per-SM medians of the compute-done time against the spread within a call
+    per_sm = collections.defaultdict(list)
+    for c in calls:
+        t0 = min(r["t"][0] for r in c["dec"])
+        for r in c["dec"]:
+            per_sm[r["sm"]].append(r["t"][2] - t0)
+    sm_med = {k: med(v) / 1e3 for k, v in per_sm.items()}
+    groups = collections.defaultdict(list)
+    for k, v in sm_med.items():
+        groups[k // 16].append(v)
+    print("  compute done: spread within a call %.1f us (median); spread of the per-SM medians %.1f us" % (
+        med([max(r["t"][2] for r in c["dec"]) - min(r["t"][2] for r in c["dec"]) for c in calls]) / 1e3,
+        max(sm_med.values()) - min(sm_med.values())))
+    print("  per-SM median by SMs 0-15, 16-31, ...: " + " ".join("%.1f" % med(v) for _, v in sorted(groups.items())))
+
 
 
 if __name__ == "__main__":

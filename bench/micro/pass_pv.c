@@ -2,16 +2,16 @@
  * conversions and 16 FMAs with embedded broadcasts a row), over 32-row blocks at two row strides A and B, alternated
  * call for call 41 times: % of two 512-bit FMAs a cycle at 2.66 GHz and the median time ratio B/A (bench/NOTES.md,
  * CPU log row 39). Arguments: stride A, stride B (bytes), bytes of V cycled through (32768: L1; 1 MiB: L2).
- *   cc -O2 -mavx512f -mf16c bench/micro/pass_pv.c -o /tmp/pv && /tmp/pv 2048 2112 1048576
+ *   cc -O2 -march=native -Iinclude bench/micro/pass_pv.c -o /tmp/pv && /tmp/pv 2048 2112 1048576
  */
-// pv micro: rows of V (f16) at stride S bytes, nrows per pass, tile of 8 heads x 2 vectors, broadcast p from memory
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <time.h>
 static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec*1e-9;}
-static inline __m512 fb(const float*p,__m512 b,__m512 c){__asm__("vfmadd231ps %2%{1to16%}, %1, %0":"+v"(c):"v"(b),"m"(*p));return c;}
+#define FDEC_ISA 2
+#include "../../src/cpu/simd.h" /* vfma_bcast: kern.h's FMA with the weight broadcast from memory */
 __attribute__((noinline)) void tile(const char*v,size_t S,int nb,const float*sT,float*o,int dtiles){
   for(int t0=0;t0<dtiles;t0++){
    __m512 a[8][2];
@@ -19,7 +19,7 @@ __attribute__((noinline)) void tile(const char*v,size_t S,int nb,const float*sT,
    for(int j=0;j<nb;j++){
      const char*r=v+(size_t)j*S+t0*64;
      __m512 v0=_mm512_cvtph_ps(_mm256_loadu_si256((const void*)r)),v1=_mm512_cvtph_ps(_mm256_loadu_si256((const void*)(r+32)));
-     _Pragma("GCC unroll 8") for(int h=0;h<8;h++){a[h][0]=fb(sT+h*32+j,v0,a[h][0]);a[h][1]=fb(sT+h*32+j,v1,a[h][1]);}
+     _Pragma("GCC unroll 8") for(int h=0;h<8;h++){a[h][0]=vfma_bcast(sT+h*32+j,v0,a[h][0]);a[h][1]=vfma_bcast(sT+h*32+j,v1,a[h][1]);}
    }
    _Pragma("GCC unroll 8") for(int h=0;h<8;h++)_Pragma("GCC unroll 2") for(int t=0;t<2;t++)_mm512_storeu_ps(o+h*512+t0*32+t*16,a[h][t]);
   }

@@ -400,7 +400,7 @@ static void cuda_destroy(void *impl) {
 #if FDEC_CUDA_TIMELINE
     const char *tl_out = getenv("FDEC_TL_OUT");
     unsigned tl_n = 0;
-    fdec_tl_rec *tl = (fdec_tl_rec *)malloc(sizeof(fdec_tl_rec) * FDEC_TL_N);
+    fdec_tl_rec *tl = tl_out ? (fdec_tl_rec *)malloc(sizeof(fdec_tl_rec) * FDEC_TL_N) : NULL;
     FILE *tl_f = tl_out && tl ? fopen(tl_out, "a") : NULL;
     if (tl_f && cudaMemcpyFromSymbol(&tl_n, fdec_tl_n, sizeof tl_n) == cudaSuccess &&
         cudaMemcpyFromSymbol(tl, fdec_tl, sizeof(fdec_tl_rec) * FDEC_TL_N) == cudaSuccess) {

@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(co
     fdec_merge_trigger();
     fdec_grid_wait();
     FDEC_TL_MARK(1)
-    FDEC_TL_MARK(2)
+    FDEC_TL_MARK(2) /* no mark of its own inside fdec_merge_heads: mark 2 is mark 1 here */
     extern __shared__ float msm[]; /* [nc] weights, 3, [FDEC_MERGE_THREADS] partial sums */
     const uint32_t h = blockIdx.x;
     const int slice = (int)((p.D + gridDim.y - 1) / gridDim.y);

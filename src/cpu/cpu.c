@@ -125,8 +125,6 @@ static fdec_status choose_path(fdec_cpu_path want, fdec_cpu_path *out) {
 
 /* ---- geometry and scratch ---- */
 
-static uint32_t padded_dim(uint32_t D) { return (D + 15) / 16 * 16; }
-
 /* bound (may be NULL): the most chunks of any call of p's shape up to p's length, for a reserve's scratch
  * (fdec_split_bound; the lanes only grow with the length). */
 static fdec_split cpu_split(const cpu_impl *c, const fdec_problem *p, uint32_t *bound) {
@@ -147,7 +145,7 @@ typedef struct {
 } layout;
 
 static layout scratch_layout(const fdec_problem *p, uint32_t nc) {
-    const size_t Dp = padded_dim(p->D), F = sizeof(float);
+    const size_t Dp = fdec_cpu_padded_dim(p->D), F = sizeof(float);
     layout L;
     L.q = 0;
     L.m = ALIGN64(L.q + p->H * Dp * F);
@@ -229,7 +227,7 @@ static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec
 /* Merges the nc partial states of each head (state.h) and writes out (converted) and lse. The merged row is
  * built in chunk 0's o, which is not needed afterwards. */
 static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *out, float *lse) {
-    const size_t Dp = padded_dim(p->D), es = fdec_dtype_size(p->ot);
+    const size_t Dp = fdec_cpu_padded_dim(p->D), es = fdec_dtype_size(p->ot);
     for (uint32_t h = 0; h < p->H; h++) {
         float w[MAX_CHUNKS], L;
         const float M = fdec_merge_weights(nc, r->m + h, p->H, r->l + h, p->H, w, &L);
@@ -283,7 +281,7 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     fdec_status st = ensure_scratch(c, L.total);
     if (st) return st;
     char *base = c->scratch;
-    const uint32_t Dp = padded_dim(p->D);
+    const uint32_t Dp = fdec_cpu_padded_dim(p->D);
     float *qs = (float *)(base + L.q);
     for (uint32_t h = 0; h < p->H; h++) {
         load_row(qs + (size_t)h * Dp, (const char *)q + (size_t)h * p->D * fdec_dtype_size(p->qt), p->D, p->qt,

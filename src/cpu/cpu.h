@@ -11,8 +11,11 @@
 #define FDEC_CPU_NB 32
 #endif
 
+/* head_dim rounded up to 16: the row pitch of q and o. */
+static inline uint32_t fdec_cpu_padded_dim(uint32_t D) { return (D + 15) / 16 * 16; }
+
 typedef struct {
-    uint32_t D, Dp, H, G, R; /* Dp: head_dim rounded up to 16, the row pitch of q and o */
+    uint32_t D, Dp, H, G, R; /* Dp: fdec_cpu_padded_dim(D) */
     size_t ps, hs;           /* element strides */
     uint64_t ring;
     fdec_dtype kvt;

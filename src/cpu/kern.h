@@ -90,7 +90,10 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
             for (uint32_t h = 0; h < HT; h++) {
                 qv[h] = vloadf(q + (size_t)h * Dp + d);
 #ifndef FDEC_CPU_NO_PIN
-                vpin(&qv[h]); /* one load per head, not one per (head, position) */
+                /* one load per head, not one per (head, position); only where the NACC accumulators, the HT q
+                 * vectors and a K vector fit in the registers: AVX2's 16 at 8 heads a tile would spill an
+                 * accumulator to the stack in every d step (Gemma 4 full on Zen 1: bench/NOTES.md, CPU log row 40) */
+                if (NACC + HT + 1 <= NVREG) vpin(&qv[h]);
 #endif
             }
             for (uint32_t p = 0; p < P; p++) {
@@ -151,10 +154,11 @@ ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const fl
     for (uint32_t h = 0; h < HT; h++)
         for (uint32_t t = 0; t < DT; t++) acc[h][t] = vloadf(o + (size_t)h * Dp + d0 + t * VW);
     const size_t es = fdec_dtype_size(T);
-    /* the lines of the next block's rows that this tile's strip of dimensions will read there: every tile asks
-     * for its own strip, so the prefetches are spread over the tiles (bench/NOTES.md, CPU row 17) */
+    /* the lines of the next block's rows that begin in this tile's strip of dimensions: every tile asks for its
+     * own, so the prefetches are spread over the tiles (bench/NOTES.md, CPU row 17), and a line shared by several
+     * narrow strips (AVX2's 16- and 32-byte strips of f16) is asked for once, not once a strip (CPU log row 40) */
     const size_t se0 = (size_t)(d0 + DT * VW) * es, se = se0 < D * es ? se0 : D * es;
-    const size_t pf0 = ((size_t)d0 * es) & ~(size_t)63;
+    const size_t pf0 = ((size_t)d0 * es + 63) & ~(size_t)63;
     for (uint32_t j = 0; j < nb; j++) {
         if (j < nn)
             for (size_t b = pf0; b < se; b += 64) PF_LINE(vn + (size_t)j * vstride + b);
@@ -256,7 +260,9 @@ ALWAYS_INLINE void qk_rowmajor(const char *kb, size_t rstride, size_t hstride, u
 
 ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,
                               float *sT, const uint32_t D, const fdec_dtype T, const int rowmajor) {
-    const uint32_t Dp = a->Dp, R = a->R;
+    /* Dp from D, so that the specialised copies know q's and o's row pitch at compile time: with a->Dp the fully
+     * unrolled score tile of head_dim 64 kept 32 q addresses on the stack under AVX2 (CPU log row 40) */
+    const uint32_t Dp = fdec_cpu_padded_dim(D), R = a->R;
     const size_t es = fdec_dtype_size(T), rstride = a->ps * es, hstride = a->hs * es;
     for (uint32_t h = 0; h < a->H; h++) {
         m[h] = -INFINITY;

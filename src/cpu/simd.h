@@ -4,6 +4,7 @@
  *
  *   V, VW             vector of VW floats
  *   NACC              independent accumulators a tile keeps in registers (half the register file)
+ *   NVREG             vector registers the ISA has (what a tile's accumulators, q vectors and K vector must fit in)
  *   vzero, vset1, vloadf, vstoref, vfma(a,b,c)=a*b+c, vfma_bcast(p,b,c)=*p*b+c, vmul, vadd, vsub, vmax, vmin,
  *   vhsum, vhmax
  *   vload_kv(p, T)    VW elements of K/V type T at p, as f32
@@ -71,6 +72,7 @@ ALWAYS_INLINE float load1(const void *p, size_t i, fdec_dtype T) {
 typedef __m512 V;
 #define VW 16
 #define NACC 16
+#define NVREG 32
 #define ISA_NAME avx512
 ALWAYS_INLINE V vzero(void) { return _mm512_setzero_ps(); }
 ALWAYS_INLINE V vset1(float x) { return _mm512_set1_ps(x); }
@@ -131,6 +133,7 @@ ALWAYS_INLINE V vldexp(V p, V n) { return _mm512_scalef_ps(p, n); } /* p * 2^n *
 typedef __m256 V;
 #define VW 8
 #define NACC 8
+#define NVREG 16
 #define ISA_NAME avx2
 ALWAYS_INLINE void vpin(V *x) { __asm__("" : "+x"(*x)); }
 ALWAYS_INLINE V vzero(void) { return _mm256_setzero_ps(); }
@@ -167,17 +170,20 @@ ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
     for (uint32_t i = 0; i < n; i++) buf[i] = load1(p, i, T);
     return _mm256_loadu_ps(buf);
 }
-/* out[i] = sum of a[i]'s lanes for the 8 vectors a[0..7] (transposing add tree; lane 4h + k ends up holding
- * the sum of a[2k + h]). */
+/* out[i] = sum of a[i]'s lanes for the 8 vectors a[0..7]: a transposing add tree that stays inside the 128-bit
+ * lanes until its last step (shufps and adds), where each group of four sums is its low lane plus its high lane.
+ * A cross-lane vperm2f128 costs ~2.4 cycles of the FP pipes on Zen 1 (bench/micro/fma_mix_avx2.c), and the tree
+ * that began with four of them took 6% of Llama's in-cache time there (bench/NOTES.md, CPU log row 40). */
 ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
-    V w[4], z[2];
-    for (int i = 0; i < 4; i++)
-        w[i] = vadd(_mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x20), _mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x31));
-    for (int i = 0; i < 2; i++)
-        z[i] = vadd(_mm256_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                    _mm256_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    V r = vadd(_mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    V u[4], t[2];
+    for (int i = 0; i < 4; i++) /* per lane: [a0 + a2, a1 + a3] of a[2i], then the same of a[2i + 1] */
+        u[i] = vadd(_mm256_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                    _mm256_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int k = 0; k < 2; k++) /* per lane: the lane's part of the sums of a[4k .. 4k + 3], in order */
+        t[k] = vadd(_mm256_shuffle_ps(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm256_shuffle_ps(u[2 * k], u[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int k = 0; k < 2; k++)
+        _mm_storeu_ps(out + 4 * k, _mm_add_ps(_mm256_castps256_ps128(t[k]), _mm256_extractf128_ps(t[k], 1)));
 }
 ALWAYS_INLINE V vround(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 ALWAYS_INLINE V vldexp(V p, V n) { /* p * 2^n, n in [-127, 128] after vexp's clamp: two factors stay finite */
@@ -192,6 +198,7 @@ ALWAYS_INLINE V vldexp(V p, V n) { /* p * 2^n, n in [-127, 128] after vexp's cla
 typedef float V;
 #define VW 1
 #define NACC 8
+#define NVREG 16
 #define ISA_NAME scalar
 ALWAYS_INLINE void vpin(V *x) { (void)x; }
 ALWAYS_INLINE V vzero(void) { return 0.0f; }

@@ -52,7 +52,7 @@ uint32_t fdec_cpu_pf_blocks(void) {
     return FDEC_CPU_PF_BLOCKS > 0 ? FDEC_CPU_PF_BLOCKS : 1;
 #else
 #ifdef FDEC_X86
-    unsigned a, b, c, d;
+    unsigned a = 0, b = 0, c = 0, d = 0; /* zeroed: -O1 cannot see that __get_cpuid sets them */
     if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu)
         return 1; /* "GenuineIntel" */
 #endif

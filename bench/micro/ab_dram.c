@@ -1,11 +1,11 @@
 /* ab_dram.c — two builds of libflashdec compared call for call in one process, on caches that miss the L3: the
  * paired comparison that a shared, noisy machine needs (CPU log rows from session 13 on, bench/NOTES.md). Each
  * build is loaded by dlopen (RTLD_LOCAL, so the two keep their own symbols); the calls alternate A B B A ... over
- * rotating copies of an f16 cache covering twice the L3, so that every call reads from DRAM and a drift of the
+ * rotating copies of an f16 (or bf16) cache covering twice the L3, so that every call reads from DRAM and a drift of the
  * machine's speed falls on both builds alike.
  *
  *   cc -O2 -Iinclude bench/micro/ab_dram.c -ldl -lm -o build/ab_dram
- *   build/ab_dram libA.so libB.so D H G L threads pairs     e.g. ... 128 32 8 32768 2 40
+ *   build/ab_dram libA.so libB.so D H G L threads pairs [f16|bf16]     e.g. ... 128 32 8 32768 2 40
  *
  * Prints each build's median us per call and GB/s and the median of the pairs' time ratios B/A (< 1: B faster). */
 #define _GNU_SOURCE
@@ -66,10 +66,13 @@ static size_t l3_bytes(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 9) {
-        fprintf(stderr, "usage: %s libA.so libB.so head_dim q_heads kv_heads seq_len threads pairs\n", argv[0]);
+    if (argc != 9 && argc != 10) {
+        fprintf(stderr, "usage: %s libA.so libB.so head_dim q_heads kv_heads seq_len threads pairs [f16|bf16]\n",
+                argv[0]);
         return 2;
     }
+    const int bf16 = argc == 10 && !strcmp(argv[9], "bf16");
+    if (argc == 10 && !bf16 && strcmp(argv[9], "f16")) return fprintf(stderr, "the K/V type is f16 or bf16\n"), 2;
     const uint32_t D = (uint32_t)atoi(argv[3]), H = (uint32_t)atoi(argv[4]), G = (uint32_t)atoi(argv[5]),
                    L = (uint32_t)atoi(argv[6]), threads = (uint32_t)atoi(argv[7]);
     const int pairs = atoi(argv[8]);
@@ -82,7 +85,7 @@ int main(int argc, char **argv) {
     if (load(argv[1], threads, &b[0]) || load(argv[2], threads, &b[1])) return 1;
     fdec_layer ly = {0};
     ly.head_dim = D, ly.num_q_heads = H, ly.num_kv_heads = G;
-    ly.q_dtype = FDEC_F32, ly.kv_dtype = FDEC_F16, ly.out_dtype = FDEC_F32;
+    ly.q_dtype = FDEC_F32, ly.kv_dtype = bf16 ? FDEC_BF16 : FDEC_F16, ly.out_dtype = FDEC_F32;
     const size_t n = (size_t)L * G * D, bytes = 2 * n * 2;
     int ncopy = (int)((2 * l3_bytes() + bytes - 1) / bytes) + 1;
     if (ncopy < 3) ncopy = 3;
@@ -92,9 +95,9 @@ int main(int argc, char **argv) {
     for (int c = 0; c < ncopy; c++) {
         k[c] = malloc(n * 2), v[c] = malloc(n * 2);
         if (!k[c] || !v[c]) return fprintf(stderr, "out of memory\n"), 1;
-        for (size_t i = 0; i < n; i++) { /* f16 values in [1, 2) for K, [0.5, 1) for V */
-            k[c][i] = (uint16_t)(0x3c00 | (rand() & 0x3ff));
-            v[c][i] = (uint16_t)(0x3800 | (rand() & 0x3ff));
+        for (size_t i = 0; i < n; i++) { /* values in [1, 2) for K, [0.5, 1) for V */
+            k[c][i] = (uint16_t)(bf16 ? 0x3f80 | (rand() & 0x7f) : 0x3c00 | (rand() & 0x3ff));
+            v[c][i] = (uint16_t)(bf16 ? 0x3f00 | (rand() & 0x7f) : 0x3800 | (rand() & 0x3ff));
         }
     }
     for (size_t i = 0; i < (size_t)H * D; i++) q[i] = (float)(rand() % 1000) / 1000.f;

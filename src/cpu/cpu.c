@@ -181,7 +181,7 @@ static void run_chunk(void *arg, uint32_t i, uint32_t n) {
     const fdec_cpu_args *a = r->a;
     uint64_t t0 = (uint64_t)r->s.lo + (uint64_t)i * r->s.chunk_len;
     uint64_t t1 = t0 + r->s.chunk_len < r->s.hi ? t0 + r->s.chunk_len : r->s.hi;
-    r->chunk(a, t0, t1, r->m + (size_t)i * a->H, r->l + (size_t)i * a->H, r->o + (size_t)i * a->H * a->Dp,
+    r->chunk(a, t0, t1, r->m + (size_t)i * a->H, r->l + (size_t)i * a->H, r->o + (size_t)i * a->H * fdec_cpu_padded_dim(a->D),
              r->sT + (size_t)i * a->H * FDEC_CPU_NB);
 }
 
@@ -288,7 +288,7 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
                  p->scale);
         for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
     }
-    fdec_cpu_args a = {p->D, Dp, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, c->pf_blocks};
+    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, c->pf_blocks};
     run_ctx r = {&a, c->chunk, s, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
                  (float *)(base + L.s)};
     if (s.num_chunks == 1) run_chunk(&r, 0, 1);

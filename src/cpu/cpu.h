@@ -15,7 +15,7 @@
 static inline uint32_t fdec_cpu_padded_dim(uint32_t D) { return (D + 15) / 16 * 16; }
 
 typedef struct {
-    uint32_t D, Dp, H, G, R; /* Dp: fdec_cpu_padded_dim(D) */
+    uint32_t D, H, G, R;     /* Dp below: fdec_cpu_padded_dim(D), the row pitch of q and o */
     size_t ps, hs;           /* element strides */
     uint64_t ring;
     fdec_dtype kvt;

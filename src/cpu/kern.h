@@ -260,8 +260,8 @@ ALWAYS_INLINE void qk_rowmajor(const char *kb, size_t rstride, size_t hstride, u
 
 ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,
                               float *sT, const uint32_t D, const fdec_dtype T, const int rowmajor) {
-    /* Dp from D, so that the specialised copies know q's and o's row pitch at compile time: with a->Dp the fully
-     * unrolled score tile of head_dim 64 kept its 32 q addresses on the stack under AVX2 (LFM2 in L3 on Zen 1
+    /* Dp from the compile-time D of the specialised copies: with the pitch a run-time value the fully unrolled
+     * score tile of head_dim 64 kept its 32 q addresses on the stack under AVX2 (LFM2 in L3 on Zen 1
      * 1013 -> 998 us, bench/NOTES.md, CPU log row 40) */
     const uint32_t Dp = fdec_cpu_padded_dim(D), R = a->R;
     const size_t es = fdec_dtype_size(T), rstride = a->ps * es, hstride = a->hs * es;

@@ -120,6 +120,59 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
 }
 
 /* ---- 2. online softmax over the block for one head: returns the weights in s[0..nb) ---- */
+#ifndef FDEC_CPU_SOFTMAX_HMAX
+#define FDEC_CPU_SOFTMAX_HMAX 0
+#endif
+#if !FDEC_CPU_SOFTMAX_HMAX
+/* The block's scores stay in registers (NV vectors: NB / VW for a whole block, a compile-time count). Whether the
+ * block raises the running max is one vector compare and a branch, which the CPU predicts (after a chunk's first
+ * blocks a new max comes about ln(L / NB) times a head); only then is the horizontal max worked out. So e^(s - m)
+ * starts from the running max in memory without waiting for this block's scores to be reduced: the step was a
+ * ~110-cycle chain of dependent operations (store, reload, a horizontal max, the broadcast, e^x, a horizontal sum)
+ * that took 18% of LFM2's time in L3 (bench/NOTES.md, CPU log row 41). The weights are the same as with the
+ * horizontal max every block (FDEC_CPU_SOFTMAX_HMAX). */
+ALWAYS_INLINE void softmax_regs(float *s, uint32_t nb, const uint32_t NV, float *m, float *l, float *o, uint32_t Dp) {
+    V x[NB / VW > 0 ? NB / VW : 1];
+    V mx = vset1(-INFINITY);
+    for (uint32_t i = 0; i < NV; i++) {
+        const V v = vloadf(s + i * VW);
+        x[i] = vfma(vzero(), v, v); /* a score of +-inf (an inf in q or K) becomes NaN (0 * inf): the head is NaN */
+    }
+    if (nb < NV * VW) { /* a partial last vector: lanes past nb get -inf (weight 0), after the fix-up above */
+        vstoref(s + (NV - 1) * VW, x[NV - 1]);
+        for (uint32_t j = nb; j < NV * VW; j++) s[j] = -INFINITY;
+        x[NV - 1] = vloadf(s + (NV - 1) * VW);
+    }
+    for (uint32_t i = 0; i < NV; i++) mx = vmax(mx, x[i]);
+    float mn = *m;
+    if (vany_gt(mx, vset1(mn))) { /* a new running max (a NaN score alone does not get here: it makes l NaN) */
+        const float bm = vhmax(mx);
+        mn = bm > mn ? bm : mn;
+        if (isnan(bm)) mn = bm;
+    }
+    const V vmn = vset1(mn);
+    V sum = vzero();
+    for (uint32_t i = 0; i < NV; i++) {
+        const V e = vexp(vsub(x[i], vmn));
+        vstoref(s + i * VW, e);
+        sum = vadd(sum, e);
+    }
+    /* the running max unchanged (most blocks after the first few): alpha = e^0 = 1 without a call to expf, one
+     * per head and block (LFM2 and Llama in L3 -3%, CPU log row 21) */
+    const float alpha = mn == *m ? 1.0f : fdec_state_weight(*m, mn);
+    *l = *l * alpha + vhsum(sum);
+    *m = mn;
+    if (alpha != 1.0f) {
+        const V va = vset1(alpha);
+        for (uint32_t d = 0; d < Dp; d += VW) vstoref(o + d, vmul(vloadf(o + d), va));
+    }
+}
+ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float *o, uint32_t Dp) {
+    if (nb == NB) softmax_regs(s, nb, NB / VW, m, l, o, Dp);
+    else softmax_regs(s, nb, (nb + VW - 1) / VW, m, l, o, Dp);
+}
+#else
+/* The step before row 41: the fix-up stored and reloaded, the block's horizontal max every block. */
 ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float *o, uint32_t Dp) {
     /* a score of +-inf (an inf in q or K) becomes NaN (0 * inf), so the head's result is NaN (flashdec.h) */
     for (uint32_t j = 0; j < nb; j += VW) vstoref(s + j, vfma(vzero(), vloadf(s + j), vloadf(s + j)));
@@ -145,6 +198,7 @@ ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float
         for (uint32_t d = 0; d < Dp; d += VW) vstoref(o + d, vmul(vloadf(o + d), va));
     }
 }
+#endif
 
 /* ---- 3. o[h][d0 .. d0 + DT*VW) += sum_j p[h][j] * V[j][...] for HT heads ---- */
 ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const float *sT, float *o, uint32_t Dp,

@@ -7,6 +7,7 @@
  *   NVREG             vector registers the ISA has (what a tile's accumulators, q vectors and K vector must fit in)
  *   vzero, vset1, vloadf, vstoref, vfma(a,b,c)=a*b+c, vfma_bcast(p,b,c)=*p*b+c, vmul, vadd, vsub, vmax, vmin,
  *   vhsum, vhmax
+ *   vany_gt(a, b)     whether a > b in any lane (false where either is NaN)
  *   vload_kv(p, T)    VW elements of K/V type T at p, as f32
  *   vload_kv_n(p,n,T) the first n < VW elements, zeros after (never reads past p + n)
  *   vreduce_all(a, o) o[i] = sum of the lanes of a[i] for the NACC vectors a[0..NACC)
@@ -94,6 +95,7 @@ ALWAYS_INLINE V vmax(V a, V b) { return _mm512_max_ps(a, b); } /* NaN in b is re
 ALWAYS_INLINE V vmin(V a, V b) { return _mm512_min_ps(a, b); }
 ALWAYS_INLINE float vhsum(V x) { return _mm512_reduce_add_ps(x); }
 ALWAYS_INLINE float vhmax(V x) { return _mm512_reduce_max_ps(x); }
+ALWAYS_INLINE int vany_gt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) != 0; }
 ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
     if (T == FDEC_F32) return _mm512_loadu_ps(p);
     __m256i h = _mm256_loadu_si256((const __m256i *)p);
@@ -107,9 +109,34 @@ ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
     if (T == FDEC_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-/* out[i] = sum of a[i]'s lanes for the 16 vectors a[0..15], by a transposing add tree: 45 shuffles and adds
- * for 16 sums instead of 16 separate reductions of 8 steps. After the tree, lane 4q + k holds the sum of
- * a[4k + q]; one permute puts them in order. */
+#ifndef FDEC_CPU_REDUCE_CROSS_FIRST
+#define FDEC_CPU_REDUCE_CROSS_FIRST 0
+#endif
+#if !FDEC_CPU_REDUCE_CROSS_FIRST
+/* out[i] = sum of a[i]'s lanes for the 16 vectors a[0..15], by a transposing add tree: 45 shuffles and adds for 16
+ * sums instead of 16 separate reductions of 8 steps. The tree works inside the 128-bit lanes first (24 vshufps) and
+ * crosses them only in its last two stages (6 vshuff32x4), which leaves the sums in order. Beside the score pass's
+ * f16 conversions a lane-crossing vshuff32x4 takes FP-pipe time and a vshufps does not (bench/micro/fma_shuffle.c
+ * on Zen 4: 16 FMAs + 4 conversions 4.55 ns, + 8 vshufps 4.5, + 8 vshuff32x4 5.6); the tree that
+ * crossed lanes first (FDEC_CPU_REDUCE_CROSS_FIRST) had 24 of them and a vpermps (bench/NOTES.md, CPU log row 41). */
+ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
+    V w[8], u[4], z[2];
+    for (int i = 0; i < 8; i++) /* per 128-bit lane: [x0 + x2, x1 + x3, y0 + y2, y1 + y3] of x = a[2i], y = a[2i+1] */
+        w[i] = vadd(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                    _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 4; i++) /* per 128-bit lane: that lane's part of the sums of a[4i .. 4i + 3], in order */
+        u[i] = vadd(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int i = 0; i < 2; i++) /* the four 128-bit lanes of u[2i] and u[2i+1] added in pairs */
+        z[i] = vadd(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                    _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* lane block q: the sums of a[4q .. 4q + 3] */
+    _mm512_storeu_ps(out, vadd(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1))));
+}
+#else
+/* The tree before row 41: lane-crossing shuffles first; after it lane 4q + k holds the sum of a[4k + q], and one
+ * permute puts them in order. */
 ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
     V w[8], u[4], z[2];
     for (int i = 0; i < 8; i++)
@@ -124,6 +151,7 @@ ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, r));
 }
+#endif
 ALWAYS_INLINE void vpin(V *x) { __asm__("" : "+v"(*x)); }
 ALWAYS_INLINE V vround(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 ALWAYS_INLINE V vldexp(V p, V n) { return _mm512_scalef_ps(p, n); } /* p * 2^n */
@@ -159,6 +187,7 @@ ALWAYS_INLINE float vhmax(V x) {
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+ALWAYS_INLINE int vany_gt(V a, V b) { return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ)) != 0; }
 ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
     if (T == FDEC_F32) return _mm256_loadu_ps(p);
     __m128i h = _mm_loadu_si128((const __m128i *)p);
@@ -214,6 +243,7 @@ ALWAYS_INLINE V vmax(V a, V b) { return (isnan(b) || b > a) ? b : a; }
 ALWAYS_INLINE V vmin(V a, V b) { return (isnan(b) || b < a) ? b : a; }
 ALWAYS_INLINE float vhsum(V x) { return x; }
 ALWAYS_INLINE float vhmax(V x) { return x; }
+ALWAYS_INLINE int vany_gt(V a, V b) { return a > b; }
 ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) { return load1(p, 0, T); }
 ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
     (void)p, (void)n, (void)T;

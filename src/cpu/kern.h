@@ -108,9 +108,15 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
                     acc[h * P + p] = vfma(kv, vloadf(q + (size_t)h * Dp + d), acc[h * P + p]);
             }
         }
+        const uint32_t np = nb - j0 < P ? nb - j0 : P;
+#ifdef FDEC_HAVE_VREDUCE_ROWS
+        if (np == P) {
+            vreduce_rows(acc, sT + j0, NB, P);
+            continue;
+        }
+#endif
         float sums[NACC];
         vreduce_all(acc, sums);
-        const uint32_t np = nb - j0 < P ? nb - j0 : P;
         for (uint32_t h = 0; h < HT; h++) {
             if (np == P) memcpy(sT + (size_t)h * NB + j0, sums + h * P, P * sizeof(float)); /* one vector move */
             else

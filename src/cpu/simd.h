@@ -119,7 +119,7 @@ ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
  * f16 conversions a lane-crossing vshuff32x4 takes FP-pipe time and a vshufps does not (bench/micro/fma_shuffle.c
  * on Zen 4: 16 FMAs + 4 conversions 4.55 ns, + 8 vshufps 4.5, + 8 vshuff32x4 5.6); the tree that
  * crossed lanes first (FDEC_CPU_REDUCE_CROSS_FIRST) had 24 of them and a vpermps (bench/NOTES.md, CPU log row 41). */
-ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
+ALWAYS_INLINE V vreduce_vec(const V *a) {
     V w[8], u[4], z[2];
     for (int i = 0; i < 8; i++) /* per 128-bit lane: [x0 + x2, x1 + x3, y0 + y2, y1 + y3] of x = a[2i], y = a[2i+1] */
         w[i] = vadd(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
@@ -131,8 +131,30 @@ ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
         z[i] = vadd(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                     _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
     /* lane block q: the sums of a[4q .. 4q + 3] */
-    _mm512_storeu_ps(out, vadd(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                               _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1))));
+    return vadd(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+ALWAYS_INLINE void vreduce_all(const V *a, float *out) { _mm512_storeu_ps(out, vreduce_vec(a)); }
+/* The sums written as NACC / P rows of P: the sums of a[h P .. h P + P) to out + h * pitch, straight from the
+ * register. Through a 64-byte array on the stack copied 16 bytes at a time, the first copy's load waited on the
+ * 64-byte store (4% of LFM2's samples in L3; bench/NOTES.md, CPU log row 41). */
+#define FDEC_HAVE_VREDUCE_ROWS 1
+ALWAYS_INLINE void vreduce_rows(const V *a, float *out, size_t pitch, const uint32_t P) {
+    const V r = vreduce_vec(a);
+    if (P == 16) _mm512_storeu_ps(out, r);
+    else if (P == 8) {
+        _mm256_storeu_ps(out, _mm512_castps512_ps256(r));
+        _mm256_storeu_ps(out + pitch, _mm512_extractf32x8_ps(r, 1));
+    } else if (P == 4) {
+        _mm_storeu_ps(out, _mm512_castps512_ps128(r));
+        _mm_storeu_ps(out + pitch, _mm512_extractf32x4_ps(r, 1));
+        _mm_storeu_ps(out + 2 * pitch, _mm512_extractf32x4_ps(r, 2));
+        _mm_storeu_ps(out + 3 * pitch, _mm512_extractf32x4_ps(r, 3));
+    } else {
+        float sums[16];
+        _mm512_storeu_ps(sums, r);
+        for (uint32_t h = 0; h < 16 / P; h++) memcpy(out + h * pitch, sums + h * P, P * sizeof(float));
+    }
 }
 #else
 /* The tree before row 41: lane-crossing shuffles first; after it lane 4q + k holds the sum of a[4k + q], and one

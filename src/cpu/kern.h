@@ -133,8 +133,9 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
  * of the 16 accumulators (4 heads x 4 pairs) then holds two dot products over 8 lanes each, so the transposing
  * reduction is three stages for 32 scores (42 operations) instead of four for 16 (45). In the score pass at 4 heads
  * a KV head the f16 conversions, the reduction's shuffles and its adds together were more than Zen 4's two non-FMA
- * pipes take beside the FMAs (bench/micro/fma_shuffle.c; per 16 FMAs: the pattern with one position a vector
- * 5.49 ns, with pairs 4.82, FMAs and conversions alone 4.45: bench/NOTES.md, CPU log row 42). */
+ * pipes take beside the FMAs (bench/micro/fma_shuffle.c, qk_pairs.c; per 16 FMAs: the pattern with one position a
+ * vector 5.49 ns, with pairs 4.82, FMAs and conversions alone 4.45; LFM2 4k in L3 452 -> 426 us: bench/NOTES.md, CPU
+ * log row 42). */
 ALWAYS_INLINE V load_pair(const char *r0, const char *r1, size_t off, const fdec_dtype T) {
     const __m128i lo = _mm_loadu_si128((const __m128i *)(r0 + off));
     /* lanes 8-15 from r1 + off: the load's address is 16 bytes before it, and lanes 0-7, masked off, are not read */

@@ -147,13 +147,8 @@ ALWAYS_INLINE V load_pair(const char *r0, const char *r1, size_t off, const fdec
 /* acc[4h + i] holds head h's dot products with position j0 + i (lanes 0-7) and j0 + 4 + i (lanes 8-15): out[h][0..8)
  * gets head h's 8 scores in position order (rows pitch apart). */
 ALWAYS_INLINE void vreduce_pairs(const V *a, float *out, size_t pitch) {
-    V w[8], u[4], z[2];
-    for (int i = 0; i < 8; i++) /* per 128-bit lane: [x0 + x2, x1 + x3, y0 + y2, y1 + y3] of x = a[2i], y = a[2i+1] */
-        w[i] = vadd(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                    _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    for (int i = 0; i < 4; i++) /* per 128-bit lane: that lane's part of the sums of a[4i .. 4i + 3], in order */
-        u[i] = vadd(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                    _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    V u[4], z[2];
+    vreduce_inlane(a, u);
     for (int i = 0; i < 2; i++) /* lane blocks 0 + 1 (the first position of each pair) and 2 + 3 (the second) */
         z[i] = vadd(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
                     _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));

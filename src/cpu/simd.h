@@ -109,6 +109,18 @@ ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
     if (T == FDEC_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+/* The first two stages of the in-lane transposing tree over a[0..15]: u[i]'s 128-bit lane L holds lane L's part of
+ * the sums of a[4i], a[4i + 1], a[4i + 2], a[4i + 3] (the sum of that vector's four lanes in L), in order. 24 vshufps
+ * and 12 adds; the callers add the lanes across (vreduce_vec, kern.h's vreduce_pairs). */
+ALWAYS_INLINE void vreduce_inlane(const V *a, V *u) {
+    V w[8];
+    for (int i = 0; i < 8; i++) /* per 128-bit lane: [x0 + x2, x1 + x3, y0 + y2, y1 + y3] of x = a[2i], y = a[2i+1] */
+        w[i] = vadd(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                    _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 4; i++)
+        u[i] = vadd(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
 #ifndef FDEC_CPU_REDUCE_CROSS_FIRST
 #define FDEC_CPU_REDUCE_CROSS_FIRST 0
 #endif
@@ -120,13 +132,8 @@ ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
  * on Zen 4: 16 FMAs + 4 conversions 4.55 ns, + 8 vshufps 4.5, + 8 vshuff32x4 5.6); the tree that
  * crossed lanes first (FDEC_CPU_REDUCE_CROSS_FIRST) had 24 of them and a vpermps (bench/NOTES.md, CPU log row 41). */
 ALWAYS_INLINE V vreduce_vec(const V *a) {
-    V w[8], u[4], z[2];
-    for (int i = 0; i < 8; i++) /* per 128-bit lane: [x0 + x2, x1 + x3, y0 + y2, y1 + y3] of x = a[2i], y = a[2i+1] */
-        w[i] = vadd(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                    _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    for (int i = 0; i < 4; i++) /* per 128-bit lane: that lane's part of the sums of a[4i .. 4i + 3], in order */
-        u[i] = vadd(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                    _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    V u[4], z[2];
+    vreduce_inlane(a, u);
     for (int i = 0; i < 2; i++) /* the four 128-bit lanes of u[2i] and u[2i+1] added in pairs */
         z[i] = vadd(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                     _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));

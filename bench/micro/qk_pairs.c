@@ -3,7 +3,8 @@
  * each pattern. "now": 4 vcvtph2ps and the one-position tree's 6 vshufps, 2 vshuff32x4 and 4 adds; "pairs": 4
  * vectors of two rows' 8 f16 each (an xmm load, then the second row by vinserti128 from memory or by a masked merge
  * load), converted, and the pair tree's 3 vshufps and 2 adds. On Zen 4 (session 16): 4.45 ns for the FMAs and
- * conversions alone, now 5.49, pairs with vinserti128 4.95, with the masked merge load 4.82.
+ * conversions alone, now 5.49, pairs with vinserti128 4.95, with the masked merge load 4.82. The score tile built on
+ * it was faster in L3 but not from DRAM and was not kept (bench/patches/cpu-qk-pos-pairs.patch).
  *
  *   cc -O2 -mavx512f -mavx512bw bench/micro/qk_pairs.c -o /tmp/qk_pairs && /tmp/qk_pairs
  */

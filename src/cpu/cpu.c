@@ -141,15 +141,14 @@ static fdec_split cpu_split(const cpu_impl *c, const fdec_problem *p, uint32_t *
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
 typedef struct {
-    size_t q, q2, m, l, o, s, total; /* byte offsets into the scratch */
+    size_t q, m, l, o, s, total; /* byte offsets into the scratch */
 } layout;
 
 static layout scratch_layout(const fdec_problem *p, uint32_t nc) {
     const size_t Dp = fdec_cpu_padded_dim(p->D), F = sizeof(float);
     layout L;
     L.q = 0;
-    L.q2 = ALIGN64(L.q + p->H * Dp * F);
-    L.m = ALIGN64(L.q2 + (fdec_cpu_pairs_q(p->kvt, p->D, p->R) ? 2 * p->H * Dp * F : 0));
+    L.m = ALIGN64(L.q + p->H * Dp * F);
     L.l = ALIGN64(L.m + (size_t)nc * p->H * F);
     L.o = ALIGN64(L.l + (size_t)nc * p->H * F);
     L.s = ALIGN64(L.o + (size_t)nc * p->H * Dp * F);
@@ -289,16 +288,7 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
                  p->scale);
         for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
     }
-    float *q2 = NULL;
-    if (c->path == FDEC_CPU_AVX512 && fdec_cpu_pairs_q(p->kvt, p->D, p->R)) {
-        q2 = (float *)(base + L.q2); /* each 8-element piece of q twice: one vector for two positions' 8 dims */
-        for (uint32_t h = 0; h < p->H; h++)
-            for (uint32_t d = 0; d < Dp; d += 8) {
-                memcpy(q2 + ((size_t)h * Dp + d) * 2, qs + (size_t)h * Dp + d, 8 * sizeof(float));
-                memcpy(q2 + ((size_t)h * Dp + d) * 2 + 8, qs + (size_t)h * Dp + d, 8 * sizeof(float));
-            }
-    }
-    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, q2, c->pf_blocks};
+    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, c->pf_blocks};
     run_ctx r = {&a, c->chunk, s, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
                  (float *)(base + L.s)};
     if (s.num_chunks == 1) run_chunk(&r, 0, 1);

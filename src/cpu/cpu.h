@@ -21,8 +21,6 @@ typedef struct {
     fdec_dtype kvt;
     const void *k, *v;
     const float *q;          /* [H][Dp] f32, pre-multiplied by scale, zero-padded */
-    const float *q2;         /* NULL, or [H][Dp / 8][16]: q's 8-element pieces, each twice (the pair tiles of kern.h;
-                              * fdec_cpu_pairs_q says when the driver makes it) */
     uint32_t pf_blocks;      /* how many blocks ahead the kernel prefetches rows (>= 1): fdec_cpu_pf_blocks() */
 } fdec_cpu_args;
 
@@ -30,12 +28,6 @@ typedef struct {
  * processors and 2 elsewhere. AMD Zen 4: 2 best, 1, 3, 4 and 8 slower (bench/NOTES.md, CPU log rows 6 and 15);
  * Intel Xeon (Emerald Rapids): 1 best, 5-9% faster than 2 from DRAM, 3 and 4 slower (CPU log row 36). */
 uint32_t fdec_cpu_pf_blocks(void);
-
-/* Whether the AVX-512 kernel scores tiles of 4 query heads two positions a vector (kern.h, qk_tile_pairs), for which
- * the driver hands it q2: 16-bit K, head_dim a multiple of 8, 4 or more query heads a KV head. */
-static inline int fdec_cpu_pairs_q(fdec_dtype kvt, uint32_t D, uint32_t R) {
-    return kvt != FDEC_F32 && D % 8 == 0 && R >= 4;
-}
 
 /* Partial state of all H heads over positions [t0, t1): m[H], l[H], o[H][Dp]. sT: H * NB floats of work (the scores
  * of a block, every KV head's with FDEC_CPU_ROWMAJOR, kern.h). */

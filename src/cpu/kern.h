@@ -109,137 +109,24 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
             }
         }
         const uint32_t np = nb - j0 < P ? nb - j0 : P;
-#ifdef FDEC_HAVE_VREDUCE_ROWS
-        if (np == P) {
-            vreduce_rows(acc, sT + j0, NB, P);
-            continue;
-        }
-#endif
-        float sums[NACC];
-        vreduce_all(acc, sums);
-        for (uint32_t h = 0; h < HT; h++) {
-            if (np == P) memcpy(sT + (size_t)h * NB + j0, sums + h * P, P * sizeof(float)); /* one vector move */
-            else
+        if (np == P) vreduce_rows(acc, sT + j0, NB, P);
+        else { /* the block's last, partial tile */
+            float sums[NACC];
+            vreduce_all(acc, sums);
+            for (uint32_t h = 0; h < HT; h++)
                 for (uint32_t p = 0; p < np; p++) sT[(size_t)h * NB + j0 + p] = sums[h * P + p];
         }
     }
 }
 
-#if FDEC_ISA == 2 && !defined(FDEC_CPU_NO_PAIRS)
-#define QK_PAIRS 1
-/* ---- 1b. scores of a tile of 4 heads, two positions a vector (AVX-512, 16-bit K, head_dim a multiple of 8) ----
- * A vector holds 8 dimensions of position j0 + i (lanes 0-7) and the same 8 of position j0 + 4 + i (lanes 8-15, put
- * there by a masked merge load, which takes no FP-pipe slot here), against q2's [q[h][d..d+8), q[h][d..d+8)]. Each
- * of the 16 accumulators (4 heads x 4 pairs) then holds two dot products over 8 lanes each, so the transposing
- * reduction is three stages for 32 scores (42 operations) instead of four for 16 (45). In the score pass at 4 heads
- * a KV head the f16 conversions, the reduction's shuffles and its adds together were more than Zen 4's two non-FMA
- * pipes take beside the FMAs (bench/micro/fma_shuffle.c, qk_pairs.c; per 16 FMAs: the pattern with one position a
- * vector 5.49 ns, with pairs 4.82, FMAs and conversions alone 4.45; LFM2 4k in L3 452 -> 426 us: bench/NOTES.md, CPU
- * log row 42). */
-ALWAYS_INLINE V load_pair(const char *r0, const char *r1, size_t off, const fdec_dtype T) {
-    const __m128i lo = _mm_loadu_si128((const __m128i *)(r0 + off));
-    /* lanes 8-15 from r1 + off: the load's address is 16 bytes before it, and lanes 0-7, masked off, are not read */
-    const __m256i both = _mm256_mask_loadu_epi16(_mm256_castsi128_si256(lo), (__mmask16)0xFF00,
-                                                 (const void *)((uintptr_t)(r1 + off) - 16));
-    if (T == FDEC_F16) return _mm512_cvtph_ps(both);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(both), 16));
-}
-/* acc[4h + i] holds head h's dot products with position j0 + i (lanes 0-7) and j0 + 4 + i (lanes 8-15): out[h][0..8)
- * gets head h's 8 scores in position order (rows pitch apart). */
-ALWAYS_INLINE void vreduce_pairs(const V *a, float *out, size_t pitch) {
-    V u[4], z[2];
-    vreduce_inlane(a, u);
-    for (int i = 0; i < 2; i++) /* lane blocks 0 + 1 (the first position of each pair) and 2 + 3 (the second) */
-        z[i] = vadd(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                    _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    /* z[i] = [head 2i: positions 0-3, 4-7 | head 2i + 1: positions 0-3, 4-7] */
-    _mm256_storeu_ps(out, _mm512_castps512_ps256(z[0]));
-    _mm256_storeu_ps(out + pitch, _mm512_extractf32x8_ps(z[0], 1));
-    _mm256_storeu_ps(out + 2 * pitch, _mm512_castps512_ps256(z[1]));
-    _mm256_storeu_ps(out + 3 * pitch, _mm512_extractf32x8_ps(z[1], 1));
-}
-/* The 16 accumulators of a pair tile over all of head_dim: rows r0[i] and r0[i] + r1off[i] (a row 4 further on in a
- * whole tile, where one register holds the offset for all four pairs). */
-ALWAYS_INLINE void pairs_acc(V *acc, const char *const *r0, const ptrdiff_t *r1off, const float *q2, uint32_t Dp,
-                             const char *kn, size_t kstride, uint32_t j0, uint32_t npf, int spread, const uint32_t D,
-                             const fdec_dtype T) {
-    const size_t es = 2;
-    for (uint32_t i = 0; i < 16; i++) acc[i] = vzero();
-    for (uint32_t d = 0; d < D; d += 8) {
-        if (spread && (d * es) % 64 == 0)
-            for (uint32_t p = 0; p < npf; p++) PF_LINE(kn + (size_t)(j0 + p) * kstride + d * es);
-        V qv[4];
-        for (uint32_t h = 0; h < 4; h++) {
-            qv[h] = vloadf(q2 + (size_t)h * 2 * Dp + 2 * d);
-            vpin(&qv[h]);
-        }
-        for (uint32_t i = 0; i < 4; i++) {
-            const V kv = load_pair(r0[i], r0[i] + r1off[i], d * es, T);
-            for (uint32_t h = 0; h < 4; h++) acc[h * 4 + i] = vfma(kv, qv[h], acc[h * 4 + i]);
-        }
-    }
-}
-ALWAYS_INLINE void qk_tile_pairs(const char *kb, size_t kstride, uint32_t nb, const float *q2, uint32_t Dp, float *sT,
-                                 const char *kn, uint32_t nn, const uint32_t D, const fdec_dtype T) {
-    const uint32_t P = 8;
-    const size_t es = 2;
-    const int spread = D * es >= 512;
-    for (uint32_t j0 = 0; j0 < nb; j0 += P) {
-        const uint32_t npf = j0 + P < nn ? P : nn > j0 ? nn - j0 : 0; /* the next block's rows, as qk_tile asks */
-        if (!spread)
-            for (uint32_t p = 0; p < npf; p++) prefetch_row(kn + (size_t)(j0 + p) * kstride, D * es);
-        V acc[16];
-        const char *r0[4];
-        ptrdiff_t r1off[4];
-        if (j0 + P <= nb) {
-            const ptrdiff_t k4 = (ptrdiff_t)(4 * kstride);
-            for (uint32_t i = 0; i < 4; i++) r0[i] = kb + (size_t)(j0 + i) * kstride, r1off[i] = k4;
-            pairs_acc(acc, r0, r1off, q2, Dp, kn, kstride, j0, npf, spread, D, T);
-            vreduce_pairs(acc, sT + j0, NB);
-        } else { /* the block's last, partial tile: rows past the end are the last row again, their scores dropped */
-            for (uint32_t i = 0; i < 4; i++) {
-                const uint32_t ja = j0 + i < nb ? j0 + i : nb - 1, jb = j0 + 4 + i < nb ? j0 + 4 + i : nb - 1;
-                r0[i] = kb + (size_t)ja * kstride;
-                r1off[i] = ((ptrdiff_t)jb - (ptrdiff_t)ja) * (ptrdiff_t)kstride;
-            }
-            pairs_acc(acc, r0, r1off, q2, Dp, kn, kstride, j0, npf, spread, D, T);
-            float sums[4 * 8];
-            vreduce_pairs(acc, sums, 8);
-            for (uint32_t h = 0; h < 4; h++)
-                for (uint32_t p = 0; p < nb - j0; p++) sT[(size_t)h * NB + j0 + p] = sums[h * 8 + p];
-        }
-    }
-}
-#else
-#define QK_PAIRS 0
-#endif
-
-/* The scores of HT heads from h0: the pair tile where it applies (q2 is the tile's first head's doubled q, or NULL). */
-ALWAYS_INLINE void qk_heads(const char *kb, size_t kstride, uint32_t nb, const float *q, const float *q2, uint32_t Dp,
-                            float *sT, const char *kn, uint32_t nn, const uint32_t D, const fdec_dtype T,
-                            const uint32_t HT) {
-#if QK_PAIRS
-    if (HT == 4 && T != FDEC_F32 && D % 8 == 0 && q2) {
-        qk_tile_pairs(kb, kstride, nb, q2, Dp, sT, kn, nn, D, T);
-        return;
-    }
-#endif
-    (void)q2;
-    qk_tile(kb, kstride, nb, q, Dp, sT, kn, nn, D, T, HT);
-}
-
 /* ---- 2. online softmax over the block for one head: returns the weights in s[0..nb) ---- */
-#ifndef FDEC_CPU_SOFTMAX_HMAX
-#define FDEC_CPU_SOFTMAX_HMAX 0
-#endif
-#if !FDEC_CPU_SOFTMAX_HMAX
 /* The block's scores stay in registers (NV vectors: NB / VW for a whole block, a compile-time count). Whether the
  * block raises the running max is one vector compare and a branch, which the CPU predicts (after a chunk's first
  * blocks a new max comes about ln(L / NB) times a head); only then is the horizontal max worked out. So e^(s - m)
  * starts from the running max in memory without waiting for this block's scores to be reduced: the step was a
  * ~110-cycle chain of dependent operations (store, reload, a horizontal max, the broadcast, e^x, a horizontal sum)
  * that took 18% of LFM2's time in L3 (bench/NOTES.md, CPU log row 41). The weights are the same as with the
- * horizontal max every block (FDEC_CPU_SOFTMAX_HMAX). */
+ * horizontal max every block (the step before that row). */
 ALWAYS_INLINE void softmax_regs(float *s, uint32_t nb, const uint32_t NV, float *m, float *l, float *o, uint32_t Dp) {
     V x[NB / VW > 0 ? NB / VW : 1];
     V mx = vset1(-INFINITY);
@@ -280,34 +167,6 @@ ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float
     if (nb == NB) softmax_regs(s, nb, NB / VW, m, l, o, Dp);
     else softmax_regs(s, nb, (nb + VW - 1) / VW, m, l, o, Dp);
 }
-#else
-/* The step before row 41: the fix-up stored and reloaded, the block's horizontal max every block. */
-ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float *o, uint32_t Dp) {
-    /* a score of +-inf (an inf in q or K) becomes NaN (0 * inf), so the head's result is NaN (flashdec.h) */
-    for (uint32_t j = 0; j < nb; j += VW) vstoref(s + j, vfma(vzero(), vloadf(s + j), vloadf(s + j)));
-    for (uint32_t j = nb; j < (nb + VW - 1) / VW * VW; j++) s[j] = -INFINITY;
-    V mx = vset1(-INFINITY);
-    for (uint32_t j = 0; j < nb; j += VW) mx = vmax(mx, vloadf(s + j));
-    float bm = vhmax(mx);
-    float mn = bm > *m ? bm : *m;
-    if (isnan(bm)) mn = bm;
-    V vmn = vset1(mn), sum = vzero();
-    for (uint32_t j = 0; j < nb; j += VW) {
-        V e = vexp(vsub(vloadf(s + j), vmn));
-        vstoref(s + j, e);
-        sum = vadd(sum, e);
-    }
-    /* the running max unchanged (most blocks after the first few): alpha = e^0 = 1 without a call to expf, one
-     * per head and block (LFM2 and Llama in L3 -3%, CPU log row 21) */
-    float alpha = mn == *m ? 1.0f : fdec_state_weight(*m, mn);
-    *l = *l * alpha + vhsum(sum);
-    *m = mn;
-    if (alpha != 1.0f) {
-        V va = vset1(alpha);
-        for (uint32_t d = 0; d < Dp; d += VW) vstoref(o + d, vmul(vloadf(o + d), va));
-    }
-}
-#endif
 
 /* ---- 3. o[h][d0 .. d0 + DT*VW) += sum_j p[h][j] * V[j][...] for HT heads ---- */
 ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const float *sT, float *o, uint32_t Dp,
@@ -377,11 +236,10 @@ ALWAYS_INLINE void block_out(const char *vb, size_t rstride, uint32_t nb, const 
 }
 
 ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_t nb, const char *kn,
-                         const char *vn, uint32_t nn, const float *q, const float *q2, uint32_t R, uint32_t Dp,
-                         float *m, float *l, float *o, float *sT, const uint32_t D, const fdec_dtype T) {
+                         const char *vn, uint32_t nn, const float *q, uint32_t R, uint32_t Dp, float *m, float *l,
+                         float *o, float *sT, const uint32_t D, const fdec_dtype T) {
     FOR_HEAD_TILES(R, h0, HT,
-                   qk_heads(kb, rstride, nb, q + (size_t)h0 * Dp, q2 ? q2 + (size_t)h0 * 2 * Dp : NULL, Dp,
-                            sT + (size_t)h0 * NB, kn, h0 ? 0 : nn, D, T, HT));
+                   qk_tile(kb, rstride, nb, q + (size_t)h0 * Dp, Dp, sT + (size_t)h0 * NB, kn, h0 ? 0 : nn, D, T, HT));
     block_out(vb, rstride, nb, vn, nn, R, Dp, m, l, o, sT, D, T);
 }
 
@@ -407,8 +265,8 @@ ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_
 /* the scores of every KV head of a block, JR rows at a time, the next block's K rows of the group asked for as it
  * goes; sT holds G * R rows of NB scores */
 ALWAYS_INLINE void qk_rowmajor(const char *kb, size_t rstride, size_t hstride, uint32_t nb, const char *kn, uint32_t nn,
-                               const float *q, const float *q2, uint32_t G, uint32_t R, uint32_t Dp, float *sT,
-                               const uint32_t D, const fdec_dtype T) {
+                               const float *q, uint32_t G, uint32_t R, uint32_t Dp, float *sT, const uint32_t D,
+                               const fdec_dtype T) {
     for (uint32_t j0 = 0; j0 < nb; j0 += JR) {
         const uint32_t jn = nb - j0 < JR ? nb - j0 : JR;
         const uint32_t pn = nn > j0 ? (nn - j0 < jn ? nn - j0 : jn) : 0;
@@ -416,8 +274,8 @@ ALWAYS_INLINE void qk_rowmajor(const char *kb, size_t rstride, size_t hstride, u
             const char *kg = kb + g * hstride + (size_t)j0 * rstride, *kng = kn + g * hstride + (size_t)j0 * rstride;
             const size_t hq = (size_t)g * R;
             FOR_HEAD_TILES(R, h0, HT,
-                           qk_heads(kg, rstride, jn, q + (hq + h0) * Dp, q2 ? q2 + (hq + h0) * 2 * Dp : NULL, Dp,
-                                    sT + (hq + h0) * NB + j0, kng, h0 ? 0 : pn, D, T, HT));
+                           qk_tile(kg, rstride, jn, q + (hq + h0) * Dp, Dp, sT + (hq + h0) * NB + j0, kng, h0 ? 0 : pn,
+                                   D, T, HT));
         }
     }
 }
@@ -469,7 +327,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
         if (rowmajor) {
             if (ramp) /* all at once: the scores need every head of the first block first */
                 for (uint32_t g = 0; g < a->G; g++) RAMP_HEAD(g);
-            qk_rowmajor(kb, rstride, hstride, (uint32_t)nb, kn, (uint32_t)nnb, a->q, a->q2, a->G, R, Dp, sT, D, T);
+            qk_rowmajor(kb, rstride, hstride, (uint32_t)nb, kn, (uint32_t)nnb, a->q, a->G, R, Dp, sT, D, T);
             for (uint32_t g = 0; g < a->G; g++) {
                 const size_t hq = (size_t)g * R;
                 block_out(vb + g * hstride, rstride, (uint32_t)nb, vn + g * hstride, (uint32_t)nnb, R, Dp, m + hq,
@@ -480,8 +338,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
                 const size_t hq = (size_t)g * R;
                 if (ramp) RAMP_HEAD(g);
                 block(kb + g * hstride, vb + g * hstride, rstride, (uint32_t)nb, kn + g * hstride, vn + g * hstride,
-                      (uint32_t)nnb, a->q + hq * Dp, a->q2 ? a->q2 + hq * 2 * Dp : NULL, R, Dp, m + hq, l + hq,
-                      o + hq * Dp, sT, D, T);
+                      (uint32_t)nnb, a->q + hq * Dp, R, Dp, m + hq, l + hq, o + hq * Dp, sT, D, T);
             }
 #undef RAMP_HEAD
         t += nb;

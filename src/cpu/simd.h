@@ -11,6 +11,7 @@
  *   vload_kv(p, T)    VW elements of K/V type T at p, as f32
  *   vload_kv_n(p,n,T) the first n < VW elements, zeros after (never reads past p + n)
  *   vreduce_all(a, o) o[i] = sum of the lanes of a[i] for the NACC vectors a[0..NACC)
+ *   vreduce_rows(a, o, pitch, P)   the same sums as NACC / P rows of P, pitch floats apart
  *   vround(x), vldexp(p, n)   round to nearest integer; p * 2^n (the two ISA-specific steps of vexp)
  *   vexp(x)           e^x, relative error < 2e-7, NaN in gives NaN out (written once, below the sections)
  *   vpin(&x)          keeps x in a register: stops the compiler from folding its load into every FMA that uses
@@ -109,31 +110,20 @@ ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
     if (T == FDEC_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-/* The first two stages of the in-lane transposing tree over a[0..15]: u[i]'s 128-bit lane L holds lane L's part of
- * the sums of a[4i], a[4i + 1], a[4i + 2], a[4i + 3] (the sum of that vector's four lanes in L), in order. 24 vshufps
- * and 12 adds; the callers add the lanes across (vreduce_vec, kern.h's vreduce_pairs). */
-ALWAYS_INLINE void vreduce_inlane(const V *a, V *u) {
-    V w[8];
-    for (int i = 0; i < 8; i++) /* per 128-bit lane: [x0 + x2, x1 + x3, y0 + y2, y1 + y3] of x = a[2i], y = a[2i+1] */
-        w[i] = vadd(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                    _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    for (int i = 0; i < 4; i++)
-        u[i] = vadd(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                    _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-#ifndef FDEC_CPU_REDUCE_CROSS_FIRST
-#define FDEC_CPU_REDUCE_CROSS_FIRST 0
-#endif
-#if !FDEC_CPU_REDUCE_CROSS_FIRST
 /* out[i] = sum of a[i]'s lanes for the 16 vectors a[0..15], by a transposing add tree: 45 shuffles and adds for 16
  * sums instead of 16 separate reductions of 8 steps. The tree works inside the 128-bit lanes first (24 vshufps) and
  * crosses them only in its last two stages (6 vshuff32x4), which leaves the sums in order. Beside the score pass's
  * f16 conversions a lane-crossing vshuff32x4 takes FP-pipe time and a vshufps does not (bench/micro/fma_shuffle.c
- * on Zen 4: 16 FMAs + 4 conversions 4.55 ns, + 8 vshufps 4.5, + 8 vshuff32x4 5.6); the tree that
- * crossed lanes first (FDEC_CPU_REDUCE_CROSS_FIRST) had 24 of them and a vpermps (bench/NOTES.md, CPU log row 41). */
+ * on Zen 4: 16 FMAs + 4 conversions 4.55 ns, + 8 vshufps 4.5, + 8 vshuff32x4 5.6); the tree before it crossed lanes
+ * first, with 24 of them and a vpermps (bench/NOTES.md, CPU log row 41). */
 ALWAYS_INLINE V vreduce_vec(const V *a) {
-    V u[4], z[2];
-    vreduce_inlane(a, u);
+    V w[8], u[4], z[2];
+    for (int i = 0; i < 8; i++) /* per 128-bit lane: [x0 + x2, x1 + x3, y0 + y2, y1 + y3] of x = a[2i], y = a[2i+1] */
+        w[i] = vadd(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                    _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 4; i++) /* per 128-bit lane: that lane's part of the sums of a[4i .. 4i + 3], in order */
+        u[i] = vadd(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
     for (int i = 0; i < 2; i++) /* the four 128-bit lanes of u[2i] and u[2i+1] added in pairs */
         z[i] = vadd(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                     _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
@@ -142,45 +132,6 @@ ALWAYS_INLINE V vreduce_vec(const V *a) {
                 _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 ALWAYS_INLINE void vreduce_all(const V *a, float *out) { _mm512_storeu_ps(out, vreduce_vec(a)); }
-/* The sums written as NACC / P rows of P: the sums of a[h P .. h P + P) to out + h * pitch, straight from the
- * register. Through a 64-byte array on the stack copied 16 bytes at a time, the first copy's load waited on the
- * 64-byte store (4% of LFM2's samples in L3; bench/NOTES.md, CPU log row 41). */
-#define FDEC_HAVE_VREDUCE_ROWS 1
-ALWAYS_INLINE void vreduce_rows(const V *a, float *out, size_t pitch, const uint32_t P) {
-    const V r = vreduce_vec(a);
-    if (P == 16) _mm512_storeu_ps(out, r);
-    else if (P == 8) {
-        _mm256_storeu_ps(out, _mm512_castps512_ps256(r));
-        _mm256_storeu_ps(out + pitch, _mm512_extractf32x8_ps(r, 1));
-    } else if (P == 4) {
-        _mm_storeu_ps(out, _mm512_castps512_ps128(r));
-        _mm_storeu_ps(out + pitch, _mm512_extractf32x4_ps(r, 1));
-        _mm_storeu_ps(out + 2 * pitch, _mm512_extractf32x4_ps(r, 2));
-        _mm_storeu_ps(out + 3 * pitch, _mm512_extractf32x4_ps(r, 3));
-    } else {
-        float sums[16];
-        _mm512_storeu_ps(sums, r);
-        for (uint32_t h = 0; h < 16 / P; h++) memcpy(out + h * pitch, sums + h * P, P * sizeof(float));
-    }
-}
-#else
-/* The tree before row 41: lane-crossing shuffles first; after it lane 4q + k holds the sum of a[4k + q], and one
- * permute puts them in order. */
-ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
-    V w[8], u[4], z[2];
-    for (int i = 0; i < 8; i++)
-        w[i] = vadd(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
-    for (int i = 0; i < 4; i++)
-        u[i] = vadd(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                    _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    for (int i = 0; i < 2; i++)
-        z[i] = vadd(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                    _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    V r = vadd(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, r));
-}
-#endif
 ALWAYS_INLINE void vpin(V *x) { __asm__("" : "+v"(*x)); }
 ALWAYS_INLINE V vround(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 ALWAYS_INLINE V vldexp(V p, V n) { return _mm512_scalef_ps(p, n); } /* p * 2^n */
@@ -282,6 +233,41 @@ ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
     for (int i = 0; i < NACC; i++) out[i] = a[i];
 }
 ALWAYS_INLINE V vexp(V x) { return expf(x); }
+#endif
+
+/* vreduce_rows(a, out, pitch, P): the NACC sums of vreduce_all written as NACC / P rows of P, the sums of
+ * a[h P .. h P + P) to out + h * pitch. Through memory where an ISA has nothing better: */
+ALWAYS_INLINE void vreduce_rows_mem(const V *a, float *out, size_t pitch, const uint32_t P) {
+    float sums[NACC];
+    vreduce_all(a, sums);
+    for (uint32_t h = 0; h < NACC / P; h++) memcpy(out + h * pitch, sums + h * P, P * sizeof(float));
+}
+#if FDEC_ISA == 2
+/* With AVX-512 the rows of 4, 8 and 16 go straight from the register. Through the 64-byte array of vreduce_rows_mem,
+ * copied 16 bytes at a time, the first copy's load waited on the 64-byte store (4% of LFM2's samples in L3;
+ * bench/NOTES.md, CPU log row 41). */
+ALWAYS_INLINE void vreduce_rows(const V *a, float *out, size_t pitch, const uint32_t P) {
+    if (P < 4) {
+        vreduce_rows_mem(a, out, pitch, P);
+        return;
+    }
+    const V r = vreduce_vec(a);
+    if (P == 16) _mm512_storeu_ps(out, r);
+    else if (P == 8) {
+        _mm256_storeu_ps(out, _mm512_castps512_ps256(r));
+        _mm256_storeu_ps(out + pitch, _mm512_extractf32x8_ps(r, 1));
+    }
+    else {
+        _mm_storeu_ps(out, _mm512_castps512_ps128(r));
+        _mm_storeu_ps(out + pitch, _mm512_extractf32x4_ps(r, 1));
+        _mm_storeu_ps(out + 2 * pitch, _mm512_extractf32x4_ps(r, 2));
+        _mm_storeu_ps(out + 3 * pitch, _mm512_extractf32x4_ps(r, 3));
+    }
+}
+#else
+ALWAYS_INLINE void vreduce_rows(const V *a, float *out, size_t pitch, const uint32_t P) {
+    vreduce_rows_mem(a, out, pitch, P);
+}
 #endif
 
 #if VW > 1

@@ -14,7 +14,8 @@
  * The time is the median of 7 timings of 10 back-to-back launches (events); the device-to-device copy rate of a
  * 1 GiB cudaMemcpy (read + write) is measured in the same run.
  *
- *   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o gpu_read bench/micro/gpu_read.cu && ./gpu_read */
+ *   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o gpu_read bench/micro/gpu_read.cu && ./gpu_read
+ *   ./gpu_read short     (short calls read by a few blocks: short_cases) */
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -174,6 +175,72 @@ struct Case {
     int mode, hm, RB, blocks_per_sm, P, S, threads, strided;
 };
 
+/* `gpu_read short`: how fast a few blocks stream a short call's cache on their own, for the question whether a short
+ * call could skip the merge kernel by giving each KV head one block (or a handful): contexts of 1k and 4k positions,
+ * 8 KV heads in the dense layout, rows of 128 (LFM2), 256 (Llama-3-8B) or 512 bytes (Gemma 4 sliding), 1-16 chunks a
+ * head, rings of S stages of 32 KiB. Each launch reads another copy of the cache (64 copies, far past the L2), and
+ * 32 launches are timed as one CUDA graph (median of 7 replays), the way the library's calls are timed; "empty" is
+ * the same grid with no rows to read (start-up and launch alone). */
+static void short_cases(unsigned char *k, unsigned char *v, size_t maxb, unsigned *sink) {
+    CK(cudaFuncSetAttribute(k_ring<CPASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    CK(cudaFuncSetAttribute(k_ring<BULKROW>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const int G = 8, NL = 32;
+    printf("%-8s %4s %5s %3s %6s %4s %2s %4s %8s %8s %9s %9s\n", "mode", "rowB", "ctx", "nc", "blocks", "P", "S", "thr",
+           "us", "empty", "GB/s/blk", "TB/s");
+    for (int RB : {256, 128, 512})
+        for (long long L : {1024LL, 4096LL})
+            for (int nc : {1, 2, 4, 8, 16})
+                for (int mode : {BULKROW, CPASYNC})
+                    for (int S : {2, 3, 4, 6}) {
+                        const int P = 32768 / 2 / RB;
+                        const long long spc = L / P / nc;
+                        if (spc < 1 || (mode == CPASYNC && S > 4)) continue;
+                        const size_t cache = (size_t)L * G * RB, ncopy = std::min<size_t>(64, maxb / cache);
+                        const int thr = 128, blocks = nc * G;
+                        const size_t smem = (size_t)S * 2 * P * RB;
+                        float res[2];
+                        for (int empty = 0; empty < 2; empty++) {
+                            cudaGraph_t gr;
+                            cudaGraphExec_t ge;
+                            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+                            for (int i = 0; i < NL; i++) {
+                                const size_t off = (size_t)(i % ncopy) * cache;
+                                Args a{k + off, v + off, sink, empty ? 0 : L, G, RB, 0, nc, P, S, 0};
+                                if (empty) a.L = 0;
+                                if (mode == CPASYNC) k_ring<CPASYNC><<<blocks, thr, smem, st>>>(a);
+                                else k_ring<BULKROW><<<blocks, thr, smem, st>>>(a);
+                            }
+                            CK(cudaStreamEndCapture(st, &gr));
+                            CK(cudaGraphInstantiate(&ge, gr, 0));
+                            for (int w = 0; w < 3; w++) CK(cudaGraphLaunch(ge, st));
+                            std::vector<float> t;
+                            for (int r = 0; r < 7; r++) {
+                                CK(cudaEventRecord(e0, st));
+                                CK(cudaGraphLaunch(ge, st));
+                                CK(cudaEventRecord(e1, st));
+                                CK(cudaEventSynchronize(e1));
+                                float ms;
+                                CK(cudaEventElapsedTime(&ms, e0, e1));
+                                t.push_back(ms * 1e3f / NL);
+                            }
+                            std::sort(t.begin(), t.end());
+                            res[empty] = t[3];
+                            CK(cudaGraphExecDestroy(ge));
+                            CK(cudaGraphDestroy(gr));
+                        }
+                        const double blk_bytes = 2.0 * (double)cache / blocks;
+                        printf("%-8s %4d %5lld %3d %6d %4d %2d %4d %8.2f %8.2f %9.1f %9.3f\n", mode_name[mode], RB, L, nc,
+                               blocks, P, S, thr, res[0], res[1], blk_bytes / (res[0] - res[1]) / 1e3,
+                               2.0 * cache / res[0] / 1e6);
+                        fflush(stdout);
+                    }
+}
+
 int main(int argc, char **argv) {
     int dev = 0;
     CK(cudaSetDevice(dev));
@@ -190,6 +257,10 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&sink, 64));
     CK(cudaMemset(k, 1, maxb));
     CK(cudaMemset(v, 2, maxb));
+    if (argc > 1 && !strcmp(argv[1], "short")) {
+        short_cases(k, v, maxb, sink);
+        return 0;
+    }
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));

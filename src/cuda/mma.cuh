@@ -117,9 +117,13 @@
  * copy per 256-byte row of K or V) completing on an mbarrier per warp and stage, into rows padded by 16 bytes
  * instead of XOR-swizzled. Llama-3-8B 131k 165 -> 140 us (3.25 -> 3.84 TB/s), 32k 46.7 -> 45.8 us; at head_dim
  * 64 (128-byte rows, twice the copies) it lost 30-40%, so there cp.async stays (bench/NOTES.md, CUDA log row 15).
- * 0 turns it off. */
+ * Off since session 17 (CUDA log row 48): on the current kernel cp.async is faster at every head_dim and length on
+ * two H200s, alternated rounds: Llama-3-8B 32k 38.0 -> 36.7 us, 131k 130.9 -> 127.2, 1k 6.2 -> 5.75; Gemma 4 full
+ * 32k 41.5 -> 38.7, 131k 134.5 -> 128.5; Gemma sliding-full 131k 262 -> 246; LFM2 and the window even. A microbenchmark
+ * (bench/micro/gpu_read.cu short) shows why: a block of per-row bulk copies streams ~15 GB/s, a block of cp.async
+ * ~30 GB/s, whatever the ring's depth. 1 brings the bulk copies back (with FDEC_MMA_TMA_WIDE at 256 and 512). */
 #ifndef FDEC_MMA_TMA
-#define FDEC_MMA_TMA 1
+#define FDEC_MMA_TMA 0
 #endif
 /* 1: at head_dim 128 a warp's bulk copies are issued row after row with warp-uniform operands (fdec_bulk_copy_elect)
  * instead of each lane its own rows, which the compiler serialises over the lanes (9 instructions and 4 moves to

@@ -113,8 +113,8 @@ static partial_fn pick_d(uint32_t D, int fast, int rt) {
 }
 
 /* The tensor-core kernel for head_dim D on a device of compute capability major cc, and its dynamic shared memory:
- * the instance with fdec_mma_warps(D, cc) warps (8 at head_dim 512 on sm_90, 4 elsewhere), whose ring has padded rows
- * where bulk copies run (sm_90) */
+ * the instance with fdec_mma_warps(D, cc) warps (8 at head_dim 512 on sm_90 in a build with bulk copies,
+ * FDEC_MMA_TMA; 4 elsewhere), whose ring has padded rows where bulk copies run */
 template <typename KT, int D>
 static partial_fn mma_fn(int cc) {
     return cc >= 9 ? fdec_mma_kernel<KT, D, fdec_mma_warps(D, 9)> : fdec_mma_kernel<KT, D, fdec_mma_warps(D, 8)>;

@@ -1,11 +1,11 @@
 /* pool_trace.c — which thread runs which task of a call, and for how long (bench/NOTES.md, "The machine's two
- * states"). LFM2 geometry (64, 32/8), one f16 cache kept in L3, 2 threads through a caller-supplied parallel-for
+ * states"). LFM2 geometry (64, 32/8) or another (D H G), one f16 cache kept in L3, 2 threads through a caller-supplied parallel-for
  * (fdec_options.parallel_for) that runs the even tasks on the caller and the odd ones on a spinning helper. Prints,
  * for six rounds of 200 calls a second apart: us per call, each side's us per call and CPU, and how late the
  * helper starts.
  *
  *   make && cc -O2 -Iinclude bench/micro/pool_trace.c build/libflashdec.a -lm -pthread -o /tmp/pool_trace
- *   /tmp/pool_trace [L]       (add -L/usr/local/cuda/lib64 -lcudart -lstdc++ -ldl when CUDA is compiled in)
+ *   /tmp/pool_trace [L [D H G]]       (add -L/usr/local/cuda/lib64 -lcudart -lstdc++ -ldl when CUDA is compiled in)
  */
 #define _GNU_SOURCE
 #include "flashdec.h"
@@ -24,11 +24,11 @@ static void *helper(void *x){(void)x; int seen=0; for(;;){ int g; while((g=atomi
 static void pfor(void *u, fdec_task_fn fn, void *task, uint32_t n){(void)u; gfn=fn; gtask=task; gn=n; atomic_store(&done,0); atomic_fetch_add(&gen,1);
   t_start[0]=now(); cpu_of[0]=sched_getcpu(); for(uint32_t i=0;i<n;i+=2) fn(task,i,n); t_end[0]=now(); while(atomic_load(&done)==0) ; }
 int main(int argc,char**argv){
-  int L=argc>1?atoi(argv[1]):4096;
-  fdec_layer ly={0}; ly.head_dim=64; ly.num_q_heads=32; ly.num_kv_heads=8; ly.q_dtype=FDEC_F32; ly.kv_dtype=FDEC_F16; ly.out_dtype=FDEC_F32;
+  int L=argc>1?atoi(argv[1]):4096, D=argc>4?atoi(argv[2]):64, H=argc>4?atoi(argv[3]):32, G=argc>4?atoi(argv[4]):8;
+  fdec_layer ly={0}; ly.head_dim=D; ly.num_q_heads=H; ly.num_kv_heads=G; ly.q_dtype=FDEC_F32; ly.kv_dtype=FDEC_F16; ly.out_dtype=FDEC_F32;
   fdec_options o=fdec_default_options(); o.threads=2; o.parallel_for=pfor; fdec_context*c; fdec_context_create(FDEC_BACKEND_CPU,&o,&c);
-  size_t n=(size_t)L*8*64; uint16_t*k=malloc(n*2),*v=malloc(n*2); float*q=malloc(32*64*4),*out=malloc(32*64*4);
-  for(size_t i=0;i<n;i++){k[i]=0x3000+(rand()&0xfff); v[i]=0x3000+(rand()&0xfff);} for(int i=0;i<32*64;i++) q[i]=rand()/(float)RAND_MAX;
+  size_t n=(size_t)L*G*D; uint16_t*k=malloc(n*2),*v=malloc(n*2); float*q=malloc(H*D*4),*out=malloc(H*D*4);
+  for(size_t i=0;i<n;i++){k[i]=0x3000+(rand()&0xfff); v[i]=0x3000+(rand()&0xfff);} for(int i=0;i<H*D;i++) q[i]=rand()/(float)RAND_MAX;
   pthread_t th; pthread_create(&th,0,helper,0);
   for(int r=0;r<6;r++){ double t0=now(); int calls=200; double a0=0,a1=0,sk=0;
     for(int i=0;i<calls;i++){ fdec_decode(c,&ly,L,q,k,v,out,NULL); a0+=t_end[0]-t_start[0]; a1+=t_end[1]-t_start[1]; sk+=t_start[1]-t_start[0]; }

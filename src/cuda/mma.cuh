@@ -119,7 +119,8 @@
  * 64 (128-byte rows, twice the copies) it lost 30-40%, so there cp.async stays (bench/NOTES.md, CUDA log row 15).
  * Off since session 17 (CUDA log row 48): on the current kernel cp.async is faster at every head_dim and length on
  * two H200s, alternated rounds: Llama-3-8B 32k 38.0 -> 36.7 us, 131k 130.9 -> 127.2, 1k 6.2 -> 5.75; Gemma 4 full
- * 32k 41.5 -> 38.7, 131k 134.5 -> 128.5; Gemma sliding-full 131k 262 -> 246; LFM2 and the window even. A microbenchmark
+ * 32k 41.5 -> 38.7, 131k 134.5 -> 128.5; Gemma sliding-full 131k 262 -> 246; LFM2 and the window even; on an H100
+ * Llama 131k 189.5 -> 180.4, Gemma 4 full 32k 55.4 -> 51.65 (CUDA log row 52). A microbenchmark
  * (bench/micro/gpu_read.cu short) shows why: a block of per-row bulk copies streams ~15 GB/s, a block of cp.async
  * ~30 GB/s, whatever the ring's depth. 1 brings the bulk copies back (with FDEC_MMA_TMA_WIDE at 256 and 512). */
 #ifndef FDEC_MMA_TMA

@@ -1,6 +1,6 @@
 /* pool_trace.c — which thread runs which task of a call, and for how long (bench/NOTES.md, "The machine's two
- * states"). LFM2 geometry (64, 32/8) or another (D H G), one f16 cache kept in L3, 2 threads through a caller-supplied parallel-for
- * (fdec_options.parallel_for) that runs the even tasks on the caller and the odd ones on a spinning helper. Prints,
+ * states"). LFM2 geometry (64, 32/8) or another (D H G), one f16 cache kept in L3, 2 threads through a
+ * caller-supplied parallel-for (fdec_options.parallel_for) that runs the even tasks on the caller and the odd ones on a spinning helper. Prints,
  * for six rounds of 200 calls a second apart: us per call, each side's us per call and CPU, and how late the
  * helper starts.
  *

@@ -14,14 +14,15 @@
  * q is first multiplied by a power of two per head (exact) so that its 16-bit terms neither overflow nor
  * lose digits to subnormals; p by 2^15 for f16 for the same reason (l carries the same factor).
  *
- * Block = 4 warps (8 at D = 512 with bulk copies, FDEC_MMA_D512_WARPS). A warp owns DW = min(D, 128) dimensions (q
- * fragments and the O accumulator, 64 registers) and PW positions of each staged step: at D = 256 two warps, at
+ * Block = 4 warps (8 at D = 512 with bulk copies, FDEC_MMA_D512_WARPS). A warp owns DW = min(D, 128) dimensions
+ * (q fragments and the O accumulator, 64 registers) and PW positions of each staged step: at D = 256 two warps, at
  * D = 512 four warps share a position group and add their partial scores through shared memory (each group on its
  * own named barrier, FDEC_MMA_GROUP_BARRIERS). A stage holds NP = 32 KiB / (4 D) positions of K and V for each group
  * of four warps (rows XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts);
  * FDEC_MMA_STAGES stages are in flight. Built with FDEC_MMA_TMA = 1 (off by default since session 17: slower on the
- * H200), at head_dim 128, 256 and 512 on sm_90 the rows come by bulk copies instead (FDEC_MMA_TMA_WIDE), one per row, completing on an mbarrier per warp and stage, into rows padded by
- * 16 bytes (at head_dim 128 issued with warp-uniform operands, FDEC_MMA_UNIFORM_ISSUE).
+ * H200 and the H100), at head_dim 128, 256 and 512 on sm_90 the rows come by bulk copies instead (FDEC_MMA_TMA_WIDE),
+ * one per row, completing on an mbarrier per warp and stage, into rows padded by 16 bytes (at head_dim 128 issued
+ * with warp-uniform operands, FDEC_MMA_UNIFORM_ISSUE).
  * At D <= 128 each warp copies and waits for its own rows, with no block barrier in the loop (at D = 64 a warp's
  * rows are every fourth position of the step, FDEC_MMA_INTERLEAVE); at D >= 256 with bulk copies each warp copies
  * its share of its group's rows and waits for all of them (with cp.async, the default, the whole block
@@ -54,10 +55,11 @@
 #define FDEC_MMA_D64_STAGES 4
 #endif
 /* Warps a block at head_dim 512 on sm_90 with bulk copies (fdec_mma_warps), where one block runs on an SM
- * (D512_ONE_BLOCK_PER_SM, cuda.cu): 8, two position groups of four warps, each group 16 positions of a 64 KiB stage of 32 (with
- * FDEC_MMA_GROUP_BARRIERS each group on its own rows and barriers), instead of 4 warps and one group on stages of 32
- * KiB: Gemma 4 full 32k 41.35 -> 40.8 us, 131k 137.55 -> 133.65, head-major 32k 44.3 -> 41.7 with the fast tail
- * (bench/NOTES.md, CUDA log row 34). With cp.async (the default since row 48) 8 warps were 1-4% slower than 4. */
+ * (D512_ONE_BLOCK_PER_SM, cuda.cu): 8, two position groups of four warps, each group 16 positions of a 64 KiB stage
+ * of 32 (with FDEC_MMA_GROUP_BARRIERS each group on its own rows and barriers), instead of 4 warps and one group on
+ * stages of 32 KiB: Gemma 4 full 32k 41.35 -> 40.8 us, 131k 137.55 -> 133.65, head-major 32k 44.3 -> 41.7 with the
+ * fast tail (bench/NOTES.md, CUDA log row 34). With cp.async (the default since row 49) 8 warps were 1-4% slower than
+ * 4 (row 50 a). */
 #ifndef FDEC_MMA_D512_WARPS
 #define FDEC_MMA_D512_WARPS 8
 #endif
@@ -117,7 +119,7 @@
  * copy per 256-byte row of K or V) completing on an mbarrier per warp and stage, into rows padded by 16 bytes
  * instead of XOR-swizzled. Llama-3-8B 131k 165 -> 140 us (3.25 -> 3.84 TB/s), 32k 46.7 -> 45.8 us; at head_dim
  * 64 (128-byte rows, twice the copies) it lost 30-40%, so there cp.async stays (bench/NOTES.md, CUDA log row 15).
- * Off since session 17 (CUDA log row 48): on the current kernel cp.async is faster at every head_dim and length on
+ * Off since session 17 (CUDA log row 49): on the current kernel cp.async is faster at every head_dim and length on
  * two H200s, alternated rounds: Llama-3-8B 32k 38.0 -> 36.7 us, 131k 130.9 -> 127.2, 1k 6.2 -> 5.75; Gemma 4 full
  * 32k 41.5 -> 38.7, 131k 134.5 -> 128.5; Gemma sliding-full 131k 262 -> 246; LFM2 and the window even; on an H100
  * Llama 131k 189.5 -> 180.4, Gemma 4 full 32k 55.4 -> 51.65 (CUDA log row 52). A microbenchmark

@@ -178,7 +178,7 @@ struct Case {
 /* `gpu_read short`: how fast a few blocks stream a short call's cache on their own, for the question whether a short
  * call could skip the merge kernel by giving each KV head one block (or a handful): contexts of 1k and 4k positions,
  * 8 KV heads in the dense layout, rows of 128 (LFM2), 256 (Llama-3-8B) or 512 bytes (Gemma 4 sliding), 1-16 chunks a
- * head, rings of S stages of 32 KiB. Each launch reads another copy of the cache (64 copies, far past the L2), and
+ * head, rings of S stages of 32 KiB. Each launch reads another copy of the cache (up to 64 copies in 256 MiB, far past the L2), and
  * 32 launches are timed as one CUDA graph (median of 7 replays), the way the library's calls are timed; "empty" is
  * the same grid with no rows to read (start-up and launch alone). */
 static void short_cases(unsigned char *k, unsigned char *v, size_t maxb, unsigned *sink) {
@@ -210,8 +210,7 @@ static void short_cases(unsigned char *k, unsigned char *v, size_t maxb, unsigne
                             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
                             for (int i = 0; i < NL; i++) {
                                 const size_t off = (size_t)(i % ncopy) * cache;
-                                Args a{k + off, v + off, sink, empty ? 0 : L, G, RB, 0, nc, P, S, 0};
-                                if (empty) a.L = 0;
+                                const Args a{k + off, v + off, sink, empty ? 0 : L, G, RB, 0, nc, P, S, 0};
                                 if (mode == CPASYNC) k_ring<CPASYNC><<<blocks, thr, smem, st>>>(a);
                                 else k_ring<BULKROW><<<blocks, thr, smem, st>>>(a);
                             }

@@ -256,8 +256,7 @@ ALWAYS_INLINE void vreduce_rows(const V *a, float *out, size_t pitch, const uint
     else if (P == 8) {
         _mm256_storeu_ps(out, _mm512_castps512_ps256(r));
         _mm256_storeu_ps(out + pitch, _mm512_extractf32x8_ps(r, 1));
-    }
-    else {
+    } else {
         _mm_storeu_ps(out, _mm512_castps512_ps128(r));
         _mm_storeu_ps(out + pitch, _mm512_extractf32x4_ps(r, 1));
         _mm_storeu_ps(out + 2 * pitch, _mm512_extractf32x4_ps(r, 2));

@@ -124,7 +124,7 @@
  * 32k 41.5 -> 38.7, 131k 134.5 -> 128.5; Gemma sliding-full 131k 262 -> 246; LFM2 and the window even; on an H100
  * Llama 131k 189.5 -> 180.4, Gemma 4 full 32k 55.4 -> 51.65 (CUDA log row 52). A microbenchmark
  * (bench/micro/gpu_read.cu short) shows why: a block of per-row bulk copies streams ~15 GB/s, a block of cp.async
- * ~30 GB/s, whatever the ring's depth. 1 brings the bulk copies back (with FDEC_MMA_TMA_WIDE at 256 and 512). */
+ * ~30 GB/s, at 3 stages or more alike. 1 brings the bulk copies back (with FDEC_MMA_TMA_WIDE at 256 and 512). */
 #ifndef FDEC_MMA_TMA
 #define FDEC_MMA_TMA 0
 #endif

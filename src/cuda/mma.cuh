@@ -119,8 +119,8 @@
  * copy per 256-byte row of K or V) completing on an mbarrier per warp and stage, into rows padded by 16 bytes
  * instead of XOR-swizzled. Llama-3-8B 131k 165 -> 140 us (3.25 -> 3.84 TB/s), 32k 46.7 -> 45.8 us; at head_dim
  * 64 (128-byte rows, twice the copies) it lost 30-40%, so there cp.async stays (bench/NOTES.md, CUDA log row 15).
- * Off since session 17 (CUDA log row 49): on the current kernel cp.async is faster at every head_dim and length on
- * two H200s, alternated rounds: Llama-3-8B 32k 38.0 -> 36.7 us, 131k 130.9 -> 127.2, 1k 6.2 -> 5.75; Gemma 4 full
+ * Off since session 17 (CUDA log row 49): on the current kernel cp.async is faster at every head_dim and length, in
+ * alternated rounds on an H200: Llama-3-8B 32k 38.0 -> 36.7 us, 131k 130.9 -> 127.2, 1k 6.2 -> 5.75; Gemma 4 full
  * 32k 41.5 -> 38.7, 131k 134.5 -> 128.5; Gemma sliding-full 131k 262 -> 246; LFM2 and the window even; on an H100
  * Llama 131k 189.5 -> 180.4, Gemma 4 full 32k 55.4 -> 51.65 (CUDA log row 52). A microbenchmark
  * (bench/micro/gpu_read.cu short) shows why: a block of per-row bulk copies streams ~15 GB/s, a block of cp.async

@@ -69,6 +69,7 @@ def report(name, recs):
             dec_go_first=min(r["t"][1] for r in d) - t0,
             dec_tail_first=min(r["t"][2] for r in d) - t0,
             dec_tail_med=med([r["t"][2] for r in d]) - t0,
+            dec_tail_mean=st.mean([r["t"][2] for r in d]) - t0,
             dec_tail_last=max(r["t"][2] for r in d) - t0,
             dec_end_last=max(r["t"][3] for r in d) - t0,
             mrg_entry_first=min(r["t"][0] for r in m) - t0,

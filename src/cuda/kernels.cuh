@@ -190,9 +190,54 @@ constexpr size_t fdec_pipe_bytes() {
 #define FDEC_CP_L2 ""
 #endif
 
+/* The same qualifier for the tensor-core kernel's copies at head_dim 128 and more (a measurement setting: by default
+ * FDEC_CP_L2_PREFETCH's; bench/NOTES.md, CUDA log row 53). */
+#ifndef FDEC_CP_L2_PREFETCH_WIDE
+#define FDEC_CP_L2_PREFETCH_WIDE FDEC_CP_L2_PREFETCH
+#endif
+#if FDEC_CP_L2_PREFETCH_WIDE == 64
+#define FDEC_CP_L2W ".L2::64B"
+#elif FDEC_CP_L2_PREFETCH_WIDE == 128
+#define FDEC_CP_L2W ".L2::128B"
+#elif FDEC_CP_L2_PREFETCH_WIDE == 256
+#define FDEC_CP_L2W ".L2::256B"
+#else
+#define FDEC_CP_L2W ""
+#endif
+/* 1: K/V copies carry an L2 evict-first policy (a measurement setting, off; bench/NOTES.md, CUDA log row 53) */
+#ifndef FDEC_CP_EVICT_FIRST
+#define FDEC_CP_EVICT_FIRST 0
+#endif
+
+/* a 16-byte copy to shared memory; WIDE: the tensor-core kernel at head_dim >= 128 (FDEC_CP_L2_PREFETCH_WIDE).
+ * src bytes are read (16 or 0: zero fill) */
+template <bool WIDE = false>
+__device__ __forceinline__ void fdec_cp_async16_n(void *smem, const void *gmem, unsigned src) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+#if FDEC_CP_EVICT_FIRST
+    unsigned long long pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    if constexpr (WIDE)
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint" FDEC_CP_L2W " [%0], [%1], 16, %2, %3;\n" ::"r"(s),
+                     "l"(gmem), "r"(src), "l"(pol));
+    else
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint" FDEC_CP_L2 " [%0], [%1], 16, %2, %3;\n" ::"r"(s),
+                     "l"(gmem), "r"(src), "l"(pol));
+#else
+    if constexpr (WIDE)
+        asm volatile("cp.async.cg.shared.global" FDEC_CP_L2W " [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src));
+    else
+        asm volatile("cp.async.cg.shared.global" FDEC_CP_L2 " [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src));
+#endif
+}
+template <bool WIDE = false>
 __device__ __forceinline__ void fdec_cp_async16(void *smem, const void *gmem) {
+#if FDEC_CP_EVICT_FIRST || FDEC_CP_L2_PREFETCH_WIDE != FDEC_CP_L2_PREFETCH
+    fdec_cp_async16_n<WIDE>(smem, gmem, 16u);
+#else
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global" FDEC_CP_L2 " [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+#endif
 }
 __device__ __forceinline__ void fdec_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>

@@ -200,9 +200,14 @@ constexpr size_t fdec_mma_smem_bytes(bool tma) {
            (S::WD > 1 ? (size_t)NW * 32 * S::NT * 2 * sizeof(float) : 0);
 }
 
+template <bool WIDE = false>
 __device__ __forceinline__ void fdec_cp_async16_zfill(void *smem, const void *gmem, bool full) {
+#if FDEC_CP_EVICT_FIRST || FDEC_CP_L2_PREFETCH_WIDE != FDEC_CP_L2_PREFETCH
+    fdec_cp_async16_n<WIDE>(smem, gmem, full ? 16u : 0u);
+#else
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global" FDEC_CP_L2 " [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(full ? 16 : 0));
+#endif
 }
 
 __device__ __forceinline__ void fdec_ldsm_x4(unsigned (&r)[4], const void *smem) {
@@ -436,8 +441,8 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
 #pragma unroll
             for (int i = 0; i < S::CR / S::ROWS_PER_PASS; i++) {
                 const int r = cp_r + i * S::ROWS_PER_PASS, at = r * CH + (cp_c ^ (r & 7));
-                fdec_cp_async16(ks_ + at, kp + i * pass_stride);
-                fdec_cp_async16(vs_ + at, vp + i * pass_stride);
+                fdec_cp_async16<(D >= 128)>(ks_ + at, kp + i * pass_stride);
+                fdec_cp_async16<(D >= 128)>(vs_ + at, vp + i * pass_stride);
             }
             return;
         }
@@ -449,8 +454,8 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
             const uint32_t row = ok ? fdec_cache_row(p, t) : 0;
             const size_t off = (size_t)row * p.ps + cp_c * 8;
             const int at = r * CH + (cp_c ^ (r & 7));
-            fdec_cp_async16_zfill(ks_ + at, kbase + off, ok); /* rows past c1 are zero-filled, not read */
-            fdec_cp_async16_zfill(vs_ + at, vbase + off, ok);
+            fdec_cp_async16_zfill<(D >= 128)>(ks_ + at, kbase + off, ok); /* rows past c1 are zero-filled, not read */
+            fdec_cp_async16_zfill<(D >= 128)>(vs_ + at, vbase + off, ok);
         }
     };
 

@@ -204,19 +204,30 @@ constexpr size_t fdec_pipe_bytes() {
 #else
 #define FDEC_CP_L2W ""
 #endif
-/* 1: K/V copies carry an L2 evict-first policy (a measurement setting, off; bench/NOTES.md, CUDA log row 53) */
+/* 1: K/V copies carry an L2 evict-first policy (a measurement setting, off; bench/NOTES.md, CUDA log row 53); 2: the
+ * same with the policy made once a thread (fdec_cp_policy) instead of once a copy */
 #ifndef FDEC_CP_EVICT_FIRST
 #define FDEC_CP_EVICT_FIRST 0
 #endif
 
-/* a 16-byte copy to shared memory; WIDE: the tensor-core kernel at head_dim >= 128 (FDEC_CP_L2_PREFETCH_WIDE).
- * src bytes are read (16 or 0: zero fill) */
-template <bool WIDE = false>
-__device__ __forceinline__ void fdec_cp_async16_n(void *smem, const void *gmem, unsigned src) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+/* The L2 policy of the K/V copies (FDEC_CP_EVICT_FIRST; 0 without one) */
+__device__ __forceinline__ unsigned long long fdec_cp_policy() {
 #if FDEC_CP_EVICT_FIRST
     unsigned long long pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    return pol;
+#else
+    return 0;
+#endif
+}
+
+/* a 16-byte copy to shared memory; WIDE: the tensor-core kernel at head_dim >= 128 (FDEC_CP_L2_PREFETCH_WIDE).
+ * src bytes are read (16 or 0: zero fill); pol: fdec_cp_policy() */
+template <bool WIDE = false>
+__device__ __forceinline__ void fdec_cp_async16_n(void *smem, const void *gmem, unsigned src, unsigned long long pol) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+#if FDEC_CP_EVICT_FIRST
+    if (FDEC_CP_EVICT_FIRST == 1) pol = fdec_cp_policy();
     if constexpr (WIDE)
         asm volatile("cp.async.cg.shared.global.L2::cache_hint" FDEC_CP_L2W " [%0], [%1], 16, %2, %3;\n" ::"r"(s),
                      "l"(gmem), "r"(src), "l"(pol));
@@ -224,6 +235,7 @@ __device__ __forceinline__ void fdec_cp_async16_n(void *smem, const void *gmem, 
         asm volatile("cp.async.cg.shared.global.L2::cache_hint" FDEC_CP_L2 " [%0], [%1], 16, %2, %3;\n" ::"r"(s),
                      "l"(gmem), "r"(src), "l"(pol));
 #else
+    (void)pol;
     if constexpr (WIDE)
         asm volatile("cp.async.cg.shared.global" FDEC_CP_L2W " [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src));
     else
@@ -231,10 +243,11 @@ __device__ __forceinline__ void fdec_cp_async16_n(void *smem, const void *gmem, 
 #endif
 }
 template <bool WIDE = false>
-__device__ __forceinline__ void fdec_cp_async16(void *smem, const void *gmem) {
+__device__ __forceinline__ void fdec_cp_async16(void *smem, const void *gmem, unsigned long long pol = 0) {
 #if FDEC_CP_EVICT_FIRST || FDEC_CP_L2_PREFETCH_WIDE != FDEC_CP_L2_PREFETCH
-    fdec_cp_async16_n<WIDE>(smem, gmem, 16u);
+    fdec_cp_async16_n<WIDE>(smem, gmem, 16u, pol);
 #else
+    (void)pol;
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global" FDEC_CP_L2 " [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 #endif
@@ -670,6 +683,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         auto slot = [&](int stage, int u, int j, int kv) -> uint4 * {
             return ring + ((((stage * U + u) * NL + j) * 2 + kv) * (NW * 32) + threadIdx.x);
         };
+        const unsigned long long pol = fdec_cp_policy(); /* the copies' L2 policy (FDEC_CP_EVICT_FIRST) */
         auto issue = [&](uint64_t base, int stage) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -679,8 +693,8 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
 #pragma unroll
                 for (int j = 0; j < NL; j++) {
                     const int d = lin * VEC + j * T * VEC;
-                    fdec_cp_async16(slot(stage, u, j, 0), kp + d);
-                    fdec_cp_async16(slot(stage, u, j, 1), vp + d);
+                    fdec_cp_async16(slot(stage, u, j, 0), kp + d, pol);
+                    fdec_cp_async16(slot(stage, u, j, 1), vp + d, pol);
                 }
             }
         };

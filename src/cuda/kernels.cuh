@@ -191,7 +191,8 @@ constexpr size_t fdec_pipe_bytes() {
 #endif
 
 /* The same qualifier for the tensor-core kernel's copies at head_dim 128 and more (a measurement setting: by default
- * FDEC_CP_L2_PREFETCH's; bench/NOTES.md, CUDA log row 53). */
+ * FDEC_CP_L2_PREFETCH's). Without it Llama-3-8B 131k took 153-155 us against 127-129.5 (bench/NOTES.md, CUDA log
+ * row 53). */
 #ifndef FDEC_CP_L2_PREFETCH_WIDE
 #define FDEC_CP_L2_PREFETCH_WIDE FDEC_CP_L2_PREFETCH
 #endif
@@ -204,30 +205,25 @@ constexpr size_t fdec_pipe_bytes() {
 #else
 #define FDEC_CP_L2W ""
 #endif
-/* 1: K/V copies carry an L2 evict-first policy (a measurement setting, off; bench/NOTES.md, CUDA log row 53); 2: the
- * same with the policy made once a thread (fdec_cp_policy) instead of once a copy */
+/* 1: the K/V copies carry an L2 evict-first policy (`createpolicy.fractional.L2::evict_first`, made beside each copy),
+ * so that the rows each call streams once leave L2 before the chunk states, q and the output do. Faster at every
+ * preset and length on the H200, two alternated rounds (us): Llama-3-8B 1k 5.75 -> 5.6, 32k 36.6 -> 35.95, 131k
+ * 126.95 -> 125.7; LFM2 32k 20.9 -> 20.3; Gemma 4 full 32k 38.6 -> 37.15 (3.61 TB/s); Gemma sliding-full 32k 67.5 ->
+ * 66.0; the window 7.05 -> 6.9; head-major against SDPA (torch_peer) LFM2 1k 6.26 -> 5.76 us (SDPA 6.3), 32k 22.6 ->
+ * 21.5 (22.2). A policy made once a thread and kept in a register made some launches fail with an illegal instruction
+ * (bench/NOTES.md, CUDA log row 53). 0: no policy. */
 #ifndef FDEC_CP_EVICT_FIRST
-#define FDEC_CP_EVICT_FIRST 0
+#define FDEC_CP_EVICT_FIRST 1
 #endif
 
-/* The L2 policy of the K/V copies (FDEC_CP_EVICT_FIRST; 0 without one) */
-__device__ __forceinline__ unsigned long long fdec_cp_policy() {
+/* a 16-byte copy to shared memory of src bytes (16, or 0: zero fill); WIDE: the tensor-core kernel at head_dim >= 128
+ * (FDEC_CP_L2_PREFETCH_WIDE) */
+template <bool WIDE = false>
+__device__ __forceinline__ void fdec_cp_async16_n(void *smem, const void *gmem, unsigned src) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
 #if FDEC_CP_EVICT_FIRST
     unsigned long long pol;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-    return pol;
-#else
-    return 0;
-#endif
-}
-
-/* a 16-byte copy to shared memory; WIDE: the tensor-core kernel at head_dim >= 128 (FDEC_CP_L2_PREFETCH_WIDE).
- * src bytes are read (16 or 0: zero fill); pol: fdec_cp_policy() */
-template <bool WIDE = false>
-__device__ __forceinline__ void fdec_cp_async16_n(void *smem, const void *gmem, unsigned src, unsigned long long pol) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-#if FDEC_CP_EVICT_FIRST
-    if (FDEC_CP_EVICT_FIRST == 1) pol = fdec_cp_policy();
     if constexpr (WIDE)
         asm volatile("cp.async.cg.shared.global.L2::cache_hint" FDEC_CP_L2W " [%0], [%1], 16, %2, %3;\n" ::"r"(s),
                      "l"(gmem), "r"(src), "l"(pol));
@@ -235,7 +231,6 @@ __device__ __forceinline__ void fdec_cp_async16_n(void *smem, const void *gmem, 
         asm volatile("cp.async.cg.shared.global.L2::cache_hint" FDEC_CP_L2 " [%0], [%1], 16, %2, %3;\n" ::"r"(s),
                      "l"(gmem), "r"(src), "l"(pol));
 #else
-    (void)pol;
     if constexpr (WIDE)
         asm volatile("cp.async.cg.shared.global" FDEC_CP_L2W " [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src));
     else
@@ -243,14 +238,8 @@ __device__ __forceinline__ void fdec_cp_async16_n(void *smem, const void *gmem, 
 #endif
 }
 template <bool WIDE = false>
-__device__ __forceinline__ void fdec_cp_async16(void *smem, const void *gmem, unsigned long long pol = 0) {
-#if FDEC_CP_EVICT_FIRST || FDEC_CP_L2_PREFETCH_WIDE != FDEC_CP_L2_PREFETCH
-    fdec_cp_async16_n<WIDE>(smem, gmem, 16u, pol);
-#else
-    (void)pol;
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global" FDEC_CP_L2 " [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-#endif
+__device__ __forceinline__ void fdec_cp_async16(void *smem, const void *gmem) {
+    fdec_cp_async16_n<WIDE>(smem, gmem, 16u);
 }
 __device__ __forceinline__ void fdec_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -683,7 +672,6 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         auto slot = [&](int stage, int u, int j, int kv) -> uint4 * {
             return ring + ((((stage * U + u) * NL + j) * 2 + kv) * (NW * 32) + threadIdx.x);
         };
-        const unsigned long long pol = fdec_cp_policy(); /* the copies' L2 policy (FDEC_CP_EVICT_FIRST) */
         auto issue = [&](uint64_t base, int stage) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -693,8 +681,8 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
 #pragma unroll
                 for (int j = 0; j < NL; j++) {
                     const int d = lin * VEC + j * T * VEC;
-                    fdec_cp_async16(slot(stage, u, j, 0), kp + d, pol);
-                    fdec_cp_async16(slot(stage, u, j, 1), vp + d, pol);
+                    fdec_cp_async16(slot(stage, u, j, 0), kp + d);
+                    fdec_cp_async16(slot(stage, u, j, 1), vp + d);
                 }
             }
         };

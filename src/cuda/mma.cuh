@@ -201,14 +201,8 @@ constexpr size_t fdec_mma_smem_bytes(bool tma) {
 }
 
 template <bool WIDE = false>
-__device__ __forceinline__ void fdec_cp_async16_zfill(void *smem, const void *gmem, bool full, unsigned long long pol) {
-#if FDEC_CP_EVICT_FIRST || FDEC_CP_L2_PREFETCH_WIDE != FDEC_CP_L2_PREFETCH
-    fdec_cp_async16_n<WIDE>(smem, gmem, full ? 16u : 0u, pol);
-#else
-    (void)pol;
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global" FDEC_CP_L2 " [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(full ? 16 : 0));
-#endif
+__device__ __forceinline__ void fdec_cp_async16_zfill(void *smem, const void *gmem, bool full) {
+    fdec_cp_async16_n<WIDE>(smem, gmem, full ? 16u : 0u);
 }
 
 __device__ __forceinline__ void fdec_ldsm_x4(unsigned (&r)[4], const void *smem) {
@@ -391,7 +385,6 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
     constexpr bool IL = FDEC_MMA_INTERLEAVE && WD == 1 && !TMA; /* with bulk copies at 128: even (CUDA log row 28) */
     auto src_row = [&](int r) { return IL ? (r % PW) * WP + r / PW : r; };
     const size_t pass_stride = (size_t)S::ROWS_PER_PASS * (IL ? WP : 1) * p.ps; /* elements between this thread's rows */
-    const unsigned long long pol = fdec_cp_policy(); /* the copies' L2 policy (FDEC_CP_EVICT_FIRST) */
     auto issue = [&](int step, int s) {
         const uint64_t base = step_base(step);
         uint4 *ks_ = kst(s), *vs_ = vst(s);
@@ -443,8 +436,8 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
 #pragma unroll
             for (int i = 0; i < S::CR / S::ROWS_PER_PASS; i++) {
                 const int r = cp_r + i * S::ROWS_PER_PASS, at = r * CH + (cp_c ^ (r & 7));
-                fdec_cp_async16<(D >= 128)>(ks_ + at, kp + i * pass_stride, pol);
-                fdec_cp_async16<(D >= 128)>(vs_ + at, vp + i * pass_stride, pol);
+                fdec_cp_async16<(D >= 128)>(ks_ + at, kp + i * pass_stride);
+                fdec_cp_async16<(D >= 128)>(vs_ + at, vp + i * pass_stride);
             }
             return;
         }
@@ -456,8 +449,8 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
             const uint32_t row = ok ? fdec_cache_row(p, t) : 0;
             const size_t off = (size_t)row * p.ps + cp_c * 8;
             const int at = r * CH + (cp_c ^ (r & 7));
-            fdec_cp_async16_zfill<(D >= 128)>(ks_ + at, kbase + off, ok, pol); /* rows past c1: zero-filled, not read */
-            fdec_cp_async16_zfill<(D >= 128)>(vs_ + at, vbase + off, ok, pol);
+            fdec_cp_async16_zfill<(D >= 128)>(ks_ + at, kbase + off, ok); /* rows past c1: zero-filled, not read */
+            fdec_cp_async16_zfill<(D >= 128)>(vs_ + at, vbase + off, ok);
         }
     };
 

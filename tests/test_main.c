@@ -159,12 +159,11 @@ static void *g_stream; /* a non-default stream for one of the CUDA contexts */
 
 static int make_path_contexts(path_ctx *pc) {
     int n = 0;
-    /* the default stream, a stream of our own, the SIMT kernel alone (FDEC_CUDA_KERNEL), chunks of 32 positions
-     * (FDEC_CUDA_MIN_CHUNK): more chunks than steps, so that with strided chunks (mma.cuh) some blocks get none, and
-     * the run-time hand-out of units at every length (FDEC_CUDA_DYN_MIN, cuda.cu) */
+    /* the default stream, a stream of our own, the SIMT kernel alone (FDEC_CUDA_KERNEL), and chunks of 32 positions
+     * (FDEC_CUDA_MIN_CHUNK): more chunks than steps, so that with strided chunks (mma.cuh) some blocks get none */
     if (g_cuda) {
-        static const char *const names[] = {"default-stream", "stream", "simt", "chunk32", "dyn"};
-        for (int i = 0; i < 5; i++) {
+        static const char *const names[] = {"default-stream", "stream", "simt", "chunk32"};
+        for (int i = 0; i < 4; i++) {
             fdec_options o = fdec_default_options();
             o.cuda_stream = i ? g_stream : NULL;
             if (i == 2) setenv("FDEC_CUDA_KERNEL", "simt", 1);
@@ -172,12 +171,10 @@ static int make_path_contexts(path_ctx *pc) {
                 setenv("FDEC_CUDA_MIN_CHUNK", "32", 1);
                 setenv("FDEC_CUDA_D512_STRIDED_MIN", "32", 1);
             }
-            if (i == 4) setenv("FDEC_CUDA_DYN_MIN", "1", 1);
             fdec_status st = fdec_context_create(FDEC_BACKEND_CUDA, &o, &pc[n].ctx);
             unsetenv("FDEC_CUDA_KERNEL");
             unsetenv("FDEC_CUDA_MIN_CHUNK");
             unsetenv("FDEC_CUDA_D512_STRIDED_MIN");
-            unsetenv("FDEC_CUDA_DYN_MIN");
             if (st != FDEC_OK) {
                 check(0, "create CUDA context: %s", fdec_last_error());
                 continue;

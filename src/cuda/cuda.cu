@@ -42,21 +42,6 @@ extern "C" {
 #ifndef D64_ONE_BLOCK_PER_SM
 #define D64_ONE_BLOCK_PER_SM 1
 #endif
-/* The run-time hand-out (mma.cuh, DYN): at head_dim 64 and 128, in calls of at least FDEC_CUDA_DYN_MIN positions (0:
- * never; FDEC_CUDA_DYN_MIN in the environment overrides it), the last positions are units of one step that the
- * blocks take off a counter once their own chunk is done, so that blocks on SMs that get more of the memory take
- * more of them; each unit is a state of its own, up to FDEC_CUDA_DYN_STATES states a head in all (FDEC_CUDA_DYN_STATES
- * in the environment overrides it) (bench/NOTES.md, CUDA log row 54). */
-#ifndef FDEC_CUDA_DYN_MIN
-#define FDEC_CUDA_DYN_MIN 0
-#endif
-#ifndef FDEC_CUDA_DYN_STATES
-#define FDEC_CUDA_DYN_STATES 64
-#endif
-/* Floats at the scratch's start that hold the hand-out's counters (one a KV head and head tile; zeroed when the
- * scratch is made, reset by each merge) */
-#define CTR_FLOATS 4096
-
 /* Most chunks per head: bounds the scratch and the merge's loop. */
 #define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 
@@ -83,14 +68,12 @@ typedef struct {
     size_t smem_optin; /* the most shared memory a block may ask for (cudaDevAttrMaxSharedMemoryPerBlockOptin) */
     uint32_t min_chunk;
     uint32_t d512_strided_min; /* FDEC_MMA_D512_STRIDED_MIN, or FDEC_CUDA_D512_STRIDED_MIN from the environment */
-    uint32_t dyn_min, dyn_states; /* FDEC_CUDA_DYN_MIN, FDEC_CUDA_DYN_STATES, or the environment's */
     int simt_only; /* FDEC_CUDA_KERNEL=simt: never the tensor-core kernel (for comparisons and tests) */
     cudaStream_t stream;
     const void *conf_fn[FDEC_CUDA_CONF_MAX]; /* kernels whose attributes configure() has set */
     size_t conf_smem[FDEC_CUDA_CONF_MAX];    /* and the dynamic shared memory each may use */
     int nconf;
-    float *scratch; /* [CTR_FLOATS] counters, then the partial states [part_o][part_m][part_l] or fdec_merge's
-                     * accumulator */
+    float *scratch; /* partial states [part_o][part_m][part_l], or fdec_merge's accumulator */
     size_t fcap;    /* floats the scratch holds */
 } cuda_impl;
 
@@ -144,12 +127,10 @@ static size_t mma_smem_d(int cc) {
 
 /* strided: head_dim 512's instance with strided steps (FDEC_MMA_D512_STRIDED_MIN, mma.cuh; sm_90) */
 template <typename KT>
-static partial_fn pick_mma(uint32_t D, int cc, int strided, int dyn) {
+static partial_fn pick_mma(uint32_t D, int cc, int strided) {
     switch (D) {
-    case 64: return dyn ? fdec_mma_kernel<KT, 64, FDEC_CUDA_WARPS, false, true> : mma_fn<KT, 64>(cc);
-    case 128:
-        if (dyn) return fdec_mma_kernel<KT, 128, FDEC_CUDA_WARPS, false, true>;
-        return mma_fn<KT, 128>(cc);
+    case 64: return mma_fn<KT, 64>(cc);
+    case 128: return mma_fn<KT, 128>(cc);
     case 256: return mma_fn<KT, 256>(cc);
     default:
 #if FDEC_MMA_STRIDED_CHUNKS
@@ -173,17 +154,8 @@ typedef struct {
     partial_fn fn;
     int rt, tiles, fast, mma, threads;
     size_t smem, pipe;
-    fdec_split split; /* the chunks; with the hand-out they end at dyn_lo */
-    uint32_t states;  /* a head's states: the chunks and dyn_nu units */
-    uint32_t dyn_lo, dyn_nu;
+    fdec_split split;
 } launch_plan;
-
-/* Whether the hand-out (FDEC_CUDA_DYN_MIN) serves shape p at some length: head_dim 64 or 128 on the tensor-core
- * kernel with cp.async, counters for its (KV head, head tile)s */
-static int dyn_shape(const cuda_impl *c, const fdec_problem *p, int mma, int tiles) {
-    return c->dyn_min && mma && (p->D == 64 || (p->D == 128 && !FDEC_MMA_TMA)) &&
-           (uint64_t)p->G * (uint64_t)tiles <= CTR_FLOATS;
-}
 
 /* Heads per block: the group size rounded up to a power of two, capped so that q, o and two steps of rows stay
  * in registers (the caps are where ptxas -v stops reporting spills: 8 heads for 16-bit rows of up to 8
@@ -242,28 +214,10 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
         if (s2.num_chunks <= FDEC_MERGE_SMALL_MAX && s2.num_chunks > lp.split.num_chunks) lp.split = s2;
     }
 #endif
-    /* the hand-out: as many units of a step (64 positions at head_dim 64 and 128) as keep a head's states within
-     * dyn_states, at most half the positions; the chunks split the rest */
-    lp.dyn_nu = 0, lp.dyn_lo = lp.split.hi;
-    const int dyn_ok = dyn_shape(c, p, lp.mma, lp.tiles);
-    const uint64_t n = (uint64_t)lp.split.hi - lp.split.lo;
-    if (dyn_ok && n >= c->dyn_min && lp.split.num_chunks > 1 && lp.split.num_chunks < c->dyn_states) {
-        const uint32_t np = 64; /* fdec_mma_shape<64 or 128, 4>::NP */
-        uint64_t nu = c->dyn_states - lp.split.num_chunks;
-        if (nu > n / 2 / np) nu = n / 2 / np;
-        if (nu > 0) {
-            fdec_problem ps = *p;
-            ps.seq_len = (uint32_t)(lp.split.hi - nu * np); /* the chunks' part: [lo, dyn_lo) */
-            lp.split = fdec_make_split(&ps, lanes, c->min_chunk, MAX_CHUNKS);
-            lp.dyn_nu = (uint32_t)nu, lp.dyn_lo = ps.seq_len;
-            lp.split.hi = p->seq_len;
-        }
-    }
-    lp.states = lp.split.num_chunks + lp.dyn_nu;
     if (lp.mma) { /* head_dim 512's strided instance where chunks are long (pick_mma) */
         const int strided = c->d512_strided_min && lp.split.num_chunks > 1 && lp.split.chunk_len >= c->d512_strided_min;
-        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D, c->cc_major, strided, lp.dyn_nu > 0)
-                                   : pick_mma<__nv_bfloat16>(p->D, c->cc_major, strided, lp.dyn_nu > 0);
+        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D, c->cc_major, strided)
+                                   : pick_mma<__nv_bfloat16>(p->D, c->cc_major, strided);
     }
     if (reserve) {
         /* every call up to p's length (the chunk count is not monotone in the length: fdec_split_bound), also one
@@ -277,21 +231,17 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
             if (b < b2) b = b2;
         }
 #endif
-        if (dyn_ok && p->seq_len - p->lo >= c->dyn_min && b < c->dyn_states) b = c->dyn_states; /* with units */
-        if (b > lp.states) lp.states = b;
+        if (b > lp.split.num_chunks) lp.split.num_chunks = b;
     }
     /* shared memory: the warps' states [2 + D] per head, in the ring's memory after the loop */
     lp.smem = (2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D) * sizeof(float);
     /* (the tensor-core kernel's tail takes one state a position group, at most FDEC_CUDA_WARPS of them) */
     if (lp.smem < lp.pipe) lp.smem = lp.pipe;
-    if (lp.dyn_nu) lp.smem = lp.pipe + FDEC_DYN_SMEM; /* the unit slots after the ring (mma.cuh) */
     return lp;
 }
 
-/* Scratch a call needs: the counters, then m, l and o of every (head, state). */
-static size_t state_floats(const fdec_problem *p, uint32_t nc) {
-    return CTR_FLOATS + (size_t)p->H * nc * (2 + (size_t)p->D);
-}
+/* Scratch a call needs: m, l and o of every (head, chunk). */
+static size_t state_floats(const fdec_problem *p, uint32_t nc) { return (size_t)p->H * nc * (2 + (size_t)p->D); }
 
 static fdec_status ensure_scratch(cuda_impl *c, size_t floats) {
     if (floats <= c->fcap) return FDEC_OK;
@@ -312,11 +262,6 @@ static fdec_status ensure_scratch(cuda_impl *c, size_t floats) {
     if (c->scratch) cudaFree(c->scratch); /* synchronises with work still using it */
     c->scratch = s;
     c->fcap = floats;
-    if ((e = cudaMemsetAsync(s, 0, CTR_FLOATS * sizeof(float), c->stream)) != cudaSuccess) { /* the counters */
-        cudaGetLastError();
-        c->fcap = 0; /* made again next time */
-        return cuda_err(e, "cudaMemsetAsync");
-    }
     return FDEC_OK;
 }
 
@@ -326,7 +271,7 @@ static fdec_status cuda_reserve(void *impl, const fdec_problem *p) {
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     launch_plan lp = make_plan(c, p, 0, 0, 1);
     /* the split does not depend on alignment, only the kernel does */
-    return ensure_scratch(c, state_floats(p, lp.states));
+    return ensure_scratch(c, state_floats(p, lp.split.num_chunks));
 }
 
 /* Kernel attributes, set once per kernel and context rather than on every call: the dynamic shared memory a
@@ -364,19 +309,18 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     launch_plan lp = make_plan(c, p, (uint64_t)(uintptr_t)k, (uint64_t)(uintptr_t)v, 0);
-    const uint32_t nc = lp.states;
+    const uint32_t nc = lp.split.num_chunks;
     fdec_status st = ensure_scratch(c, state_floats(p, nc));
     if (st) return st;
     fdec_cuda_params prm;
     memset(&prm, 0, sizeof prm);
     prm.q = q, prm.k = k, prm.v = v, prm.out = out, prm.lse = lse;
-    prm.part_o = c->scratch + CTR_FLOATS; /* 16-byte aligned: cudaMalloc */
+    prm.part_o = c->scratch; /* 16-byte aligned: cudaMalloc */
     prm.part_m = prm.part_o + (size_t)p->H * nc * p->D;
     prm.part_l = prm.part_m + (size_t)p->H * nc;
     prm.D = p->D, prm.H = p->H, prm.G = p->G, prm.R = p->R;
     prm.lo = lp.split.lo, prm.hi = lp.split.hi, prm.ring = p->ring, prm.ring_lo = p->ring ? p->lo % p->ring : 0;
     prm.nc = nc, prm.chunk_len = lp.split.chunk_len;
-    prm.dyn_lo = lp.dyn_lo, prm.dyn_nu = lp.dyn_nu, prm.dyn_ctr = (uint32_t *)c->scratch;
     prm.ps = p->ps, prm.hs = p->hs;
     prm.scale_log2 = p->scale * 1.4426950408889634f;
     prm.qt = (int)p->qt, prm.ot = (int)p->ot;
@@ -389,7 +333,7 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3((unsigned)lp.tiles, lp.split.num_chunks, p->G);
+    cfg.gridDim = dim3((unsigned)lp.tiles, nc, p->G);
     cfg.blockDim = dim3((unsigned)lp.threads, 1, 1);
     cfg.dynamicSmemBytes = lp.smem;
     cfg.stream = c->stream;
@@ -420,10 +364,10 @@ static void cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     launch_plan lp = make_plan(c, p, 0, 0, 0);
     info->kv_start = lp.split.lo;
     info->kv_end = lp.split.hi;
-    info->num_chunks = lp.states;
+    info->num_chunks = lp.split.num_chunks;
     info->chunk_len = lp.split.chunk_len;
     info->grouped = 1;
-    info->scratch_bytes = state_floats(p, lp.states) * sizeof(float);
+    info->scratch_bytes = state_floats(p, lp.split.num_chunks) * sizeof(float);
     info->path = lp.mma ? "cuda-mma" : lp.fast ? "cuda-vec16" : "cuda-generic";
 }
 
@@ -499,8 +443,8 @@ static fdec_status cuda_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fd
     if ((st = check_one("out", out)) || (st = check_one("lse", lse))) return st;
     float *acc = NULL;
     if (n > FDEC_CUDA_MERGE_MAX) {
-        if ((st = ensure_scratch(c, CTR_FLOATS + (size_t)H * (D + 1)))) return st;
-        acc = c->scratch + CTR_FLOATS;
+        if ((st = ensure_scratch(c, (size_t)H * (D + 1)))) return st;
+        acc = c->scratch;
     }
     fdec_merge_params mp;
     memset(&mp, 0, sizeof mp);
@@ -554,10 +498,6 @@ extern "C" fdec_status fdec_cuda_create(const fdec_options *o, void **impl, cons
     c->min_chunk = mc && atoi(mc) > 0 ? (uint32_t)atoi(mc) : MIN_CHUNK;
     const char *sm = getenv("FDEC_CUDA_D512_STRIDED_MIN"); /* for tests and measurements (bench/NOTES.md) */
     c->d512_strided_min = sm && atoi(sm) >= 0 ? (uint32_t)atoi(sm) : FDEC_MMA_D512_STRIDED_MIN;
-    const char *dm = getenv("FDEC_CUDA_DYN_MIN"), *ds = getenv("FDEC_CUDA_DYN_STATES"); /* tests, measurements */
-    c->dyn_min = dm && atoi(dm) >= 0 ? (uint32_t)atoi(dm) : FDEC_CUDA_DYN_MIN;
-    c->dyn_states = ds && atoi(ds) > 1 ? (uint32_t)atoi(ds) : FDEC_CUDA_DYN_STATES;
-    if (c->dyn_states > MAX_CHUNKS) c->dyn_states = MAX_CHUNKS;
     const char *kern = getenv("FDEC_CUDA_KERNEL");
     c->simt_only = kern && !strcmp(kern, "simt");
     c->stream = (cudaStream_t)o->cuda_stream;

@@ -43,12 +43,7 @@ struct fdec_cuda_params {
     float *part_m, *part_l, *part_o; /* [H][nc], [H][nc], [H][nc][D]; part_o 16-byte aligned */
     uint32_t D, H, G, R;
     uint32_t lo, hi, ring, ring_lo; /* attended [lo, hi); ring_lo = lo % ring */
-    uint32_t nc, chunk_len; /* states a head (the chunks, then the units below), positions a chunk */
-    /* work handed out at run time (FDEC_CUDA_DYN, mma.cuh at head_dim 64 and 128): positions [dyn_lo, hi) are dyn_nu
-     * units of dyn_len positions, state nc - dyn_nu + j holding unit j; the chunks cover [lo, dyn_lo). dyn_ctr: a
-     * counter per (KV head, head tile), zero between calls (the merge kernel resets it) */
-    uint32_t dyn_lo, dyn_nu, dyn_len;
-    uint32_t *dyn_ctr;
+    uint32_t nc, chunk_len;
     size_t ps, hs;    /* element strides */
     float scale_log2; /* scale * log2(e) */
     int qt, ot;
@@ -473,20 +468,12 @@ __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, 
  * sm_90 it is launched as a programmatic dependent of the decode kernel and waits for it here. */
 #define FDEC_MERGE_THREADS 128
 #define FDEC_MERGE_SPLIT_CHUNKS 32
-/* The merge's first block zeroes the decode's unit counters (FDEC_CUDA_DYN) for the next call, once the decode grid
- * is done (after fdec_grid_wait) */
-__device__ __forceinline__ void fdec_dyn_reset(const fdec_cuda_params &p) {
-    if (p.dyn_nu && blockIdx.x == 0 && blockIdx.y == 0)
-        for (uint32_t i = threadIdx.x; i < p.G * ((p.R + 7) / 8); i += blockDim.x) p.dyn_ctr[i] = 0;
-}
-
 template <bool SPLIT>
 __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(const fdec_cuda_params p) {
     FDEC_TL_DECL
     FDEC_TL_MARK(0)
     fdec_merge_trigger();
     fdec_grid_wait();
-    fdec_dyn_reset(p);
     FDEC_TL_MARK(1)
     FDEC_TL_MARK(2) /* no mark of its own inside fdec_merge_heads: mark 2 is mark 1 here */
     extern __shared__ float msm[]; /* [nc] weights, 3, [FDEC_MERGE_THREADS] partial sums */
@@ -516,7 +503,6 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(con
     FDEC_TL_MARK(0)
     fdec_merge_trigger();
     fdec_grid_wait();
-    fdec_dyn_reset(p);
     FDEC_TL_MARK(1)
     const uint32_t h = blockIdx.x, n = p.nc;
     const int lane = threadIdx.x & 31;

@@ -291,12 +291,7 @@ __device__ __forceinline__ void fdec_split16(float x, float (&t)[3]) {
     t[2] = fdec_split_terms<KT>::N == 3 ? fdec_round16<KT>(r - t[1]) : 0.f;
 }
 
-/* Unit slots a block of the run-time hand-out (FDEC_CUDA_DYN, cuda.cu) keeps in shared memory: the most units it takes */
-#define FDEC_DYN_SLOTS 64
-/* The dynamic shared memory the hand-out adds (its slots), after the ring */
-#define FDEC_DYN_SMEM (FDEC_DYN_SLOTS * 8)
-
-template <typename KT, int D, int NW, bool STR = false, bool DYN = false>
+template <typename KT, int D, int NW, bool STR = false>
 __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma_kernel(const fdec_cuda_params p) {
     FDEC_TL_DECL
     FDEC_TL_MARK(0)
@@ -321,25 +316,19 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
     for (int j = 0; j < OT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
     /* the chunk's steps: positions [c0, c1) in steps of NP, or with FDEC_MMA_STRIDED_CHUNKS every nc-th step of
-     * [lo, hi) from step `chunk` on (c0 = lo, c1 = hi): always at head_dim 128, in the STR instance elsewhere. In the
-     * DYN instance (the run-time hand-out, FDEC_CUDA_DYN in cuda.cu; head_dim 64 and 128) the chunks cover [lo,
-     * dyn_lo), the grid's gridDim.y of them, and after its chunk's steps a block takes units of one step from
-     * [dyn_lo, hi) off the (KV head, head tile)'s counter until none is left (dyn_unit below) */
+     * [lo, hi) from step `chunk` on (c0 = lo, c1 = hi): always at head_dim 128, in the STR instance elsewhere */
     constexpr bool STRIDED = FDEC_MMA_STRIDED_CHUNKS && (D == 128 || STR);
-    static_assert(!DYN || S::WD == 1, "the hand-out is built for warps that own their rows (head_dim <= 128)");
-    const uint32_t ncs = DYN ? gridDim.y : p.nc, hs = DYN ? p.dyn_lo : p.hi; /* the chunks and where they end */
     const uint32_t c0 = STRIDED ? p.lo : p.lo + chunk * p.chunk_len,
-                   c1 = STRIDED ? hs : min(hs, c0 + p.chunk_len);
+                   c1 = STRIDED ? p.hi : min(p.hi, c0 + p.chunk_len);
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
     const uint32_t total = (c1 - c0 + NP - 1) / NP; /* steps of [c0, c1) */
-    const int nsteps = !STRIDED ? (int)total : total > chunk ? (int)((total - chunk + ncs - 1) / ncs) : 0;
+    const int nsteps = !STRIDED ? (int)total : total > chunk ? (int)((total - chunk + p.nc - 1) / p.nc) : 0;
     auto step_base = [&](int step) {
-        return (uint64_t)c0 + ((uint64_t)step * (STRIDED ? ncs : 1) + (STRIDED ? chunk : 0)) * NP;
+        return (uint64_t)c0 + ((uint64_t)step * (STRIDED ? p.nc : 1) + (STRIDED ? chunk : 0)) * NP;
     };
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr bool TMA = FDEC_MMA_TMA_ARCH && S::BULK;
-    static_assert(!DYN || !TMA, "the hand-out runs with cp.async only");
     constexpr int SB = TMA ? S::TSB : S::STAGE_BYTES;
     /* group barriers (FDEC_MMA_GROUP_BARRIERS): with bulk copies warp w copies rows w WR .. of a step, which are its
      * own position group's (WR WD = PW), so a group depends on no other group in the loop */
@@ -373,47 +362,6 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
     fdec_grid_wait(); /* nothing above touches memory an earlier grid may use */
     FDEC_TL_MARK(1)
 
-    /* DYN: the block's k-th unit, taken off the counter by the first warp that needs it (at the issue of its rows) and
-     * published in shared memory (state 0 free, 1 being taken, 2 there) for the block's other warps; ~0u: none left.
-     * A unit j is its own state (nc - dyn_nu + j), whichever block takes it, so the result does not depend on who
-     * took what. */
-    uint32_t *dyn_id = reinterpret_cast<uint32_t *>(smem_raw + (size_t)NSTAGE * SB);
-    int *dyn_st = reinterpret_cast<int *>(dyn_id + FDEC_DYN_SLOTS);
-    if constexpr (DYN) {
-        if (threadIdx.x < FDEC_DYN_SLOTS) dyn_st[threadIdx.x] = 0;
-        __syncthreads();
-    }
-    auto dyn_unit = [&](int k) -> uint32_t {
-        if (k >= FDEC_DYN_SLOTS) return ~0u;
-        uint32_t id = 0;
-        if (lane == 0) {
-            volatile int *st = dyn_st;
-            volatile uint32_t *ids = dyn_id;
-            if (st[k] != 2) {
-                if (atomicCAS(&dyn_st[k], 0, 1) == 0) {
-                    const uint32_t u = atomicAdd(p.dyn_ctr + (size_t)g * gridDim.x + tile, 1u);
-                    ids[k] = u < p.dyn_nu ? u : ~0u;
-                    __threadfence_block();
-                    st[k] = 2;
-                } else
-                    while (st[k] != 2) __nanosleep(32);
-                __threadfence_block();
-            }
-            id = ids[k];
-        }
-        return __shfl_sync(0xffffffffu, id, 0);
-    };
-    /* where step `step` of this block starts and where its rows end (lim); false: no such step (DYN) */
-    auto step_at = [&](int step, uint64_t &base, uint32_t &lim) {
-        if (!DYN || step < nsteps) {
-            base = step_base(step), lim = c1;
-            return true;
-        }
-        const uint32_t id = dyn_unit(step - nsteps);
-        base = (uint64_t)p.dyn_lo + (uint64_t)id * NP, lim = p.hi;
-        return id != ~0u;
-    };
-
     /* q's loads go out first and are used after the first steps' copies are issued: their latency hides behind
      * the copies' issue. When they went out after the copies, the wait on them was 13% of the Llama 1k decode
      * kernel's stall samples and 32% of the window's (bench/NOTES.md, CUDA log row 22). */
@@ -438,9 +386,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
     auto src_row = [&](int r) { return IL ? (r % PW) * WP + r / PW : r; };
     const size_t pass_stride = (size_t)S::ROWS_PER_PASS * (IL ? WP : 1) * p.ps; /* elements between this thread's rows */
     auto issue = [&](int step, int s) {
-        uint64_t base;
-        uint32_t c1; /* the step's end of rows: the chunk's, or with DYN a unit's (hi) */
-        if (!step_at(step, base, c1)) return;
+        const uint64_t base = step_base(step);
         uint4 *ks_ = kst(s), *vs_ = vst(s);
 #if FDEC_MMA_TMA_ARCH
         if constexpr (TMA) { /* this warp's WR rows: lane i copies rows r0 + i, + 32, ... */
@@ -510,7 +456,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
 
 #pragma unroll
     for (int s = 0; s < NSTAGE - 1; s++) {
-        if (DYN || s < nsteps) issue(s, s);
+        if (s < nsteps) issue(s, s);
         fdec_cp_async_commit();
     }
     /* q's 16-bit terms while the first steps' rows are on their way */
@@ -577,10 +523,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
         if constexpr (GB) asm volatile("bar.sync %0, %1;\n" ::"r"(1 + pg), "r"(WD * 32) : "memory");
         else __syncthreads();
     };
-    for (int it = 0; DYN || it < nsteps; it++) {
-        uint64_t dbase = 0;
-        uint32_t dlim = c1;
-        if (DYN && !step_at(it, dbase, dlim)) break; /* no unit left (every warp of the block alike) */
+    for (int it = 0; it < nsteps; it++) {
 #if FDEC_MMA_TMA_ARCH
         if constexpr (TMA) { /* wait for step it's rows (the mbarriers' phase it / NSTAGE): at D <= 128 this warp's
                                 * own, else every warp's */
@@ -603,7 +546,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
         /* stage it has landed for every copying thread; stage it - 1 is free */
         if constexpr (WD == 1) __syncwarp();
         else sync_group();
-        if (DYN || it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
+        if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
         fdec_cp_async_commit();
         if (PFS && it + NSTAGE - 1 + PFS < nsteps) prefetch(it + NSTAGE - 1 + PFS);
         if (FDEC_MMA_MEASURE_COPY_ONLY) continue;
@@ -653,7 +596,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
                 for (int nt = 0; nt < NT; nt++) sv[nt][0] += x[nt * 2], sv[nt][1] += x[nt * 2 + 1];
             }
         }
-        const uint64_t pbase = DYN ? dbase : step_base(it);
+        const uint64_t pbase = step_base(it);
         float smax = m;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
@@ -661,7 +604,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
             for (int e = 0; e < 2; e++) {
                 float x = sv[nt][e];
                 x = fmaf(0.f, x, x); /* +-inf -> NaN: the head comes out NaN */
-                x = pbase + src_row(prow + nt * 8 + 2 * cq + e) < (DYN ? dlim : c1) ? x : -INFINITY;
+                x = pbase + src_row(prow + nt * 8 + 2 * cq + e) < c1 ? x : -INFINITY;
                 sv[nt][e] = x;
                 smax = fmaxf(smax, x);
             }
@@ -703,32 +646,8 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
                 }
             }
         }
-        if constexpr (DYN) { /* the end of the chunk's steps or of a unit: its state out, through stage s's memory */
-            if (it >= nsteps - 1) {
-                const uint32_t slot = it < nsteps ? chunk : ncs + (uint32_t)(dbase - p.dyn_lo) / NP;
-                __syncthreads(); /* every warp is done with stage s; the copies in flight are for other stages */
-                float *fs = reinterpret_cast<float *>(smem_raw + (size_t)s * SB);
-                const float lr = l + __shfl_xor_sync(0xffffffffu, l, 1), lq = lr + __shfl_xor_sync(0xffffffffu, lr, 2);
-                if (gq < nh) {
-                    if (cq == 0) fs[pg * RT + gq] = m, fs[WP * RT + pg * RT + gq] = lq * (1.f / PSCALE);
-#pragma unroll
-                    for (int j = 0; j < OT; j++) {
-                        const int d = j * 8 + 2 * cq;
-                        fs[2 * WP * RT + (pg * RT + gq) * D + d] = (o[j][0] + o[j][2]) * (1.f / PSCALE);
-                        fs[2 * WP * RT + (pg * RT + gq) * D + d + 1] = (o[j][1] + o[j][3]) * (1.f / PSCALE);
-                    }
-                }
-                __syncthreads();
-                fdec_block_tail<D, RT, WP>(p, fs, nh, h0, slot);
-                __syncthreads(); /* stage s is refilled from the next step on */
-                m = -INFINITY, l = 0.f;
-#pragma unroll
-                for (int j = 0; j < OT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-            }
-        }
     }
     fdec_cp_async_wait<0>();
-    if (DYN && nsteps > 0) return; /* the chunk's state went out at its last step, and every unit's at its own */
     __syncthreads(); /* the ring's memory is reused below */
 
     /* this position group's state: l summed over the row's four lanes; O = term rows added, PSCALE removed */

@@ -27,9 +27,10 @@
  * rows are every fourth position of the step, FDEC_MMA_INTERLEAVE); at D >= 256 with bulk copies each warp copies
  * its share of its group's rows and waits for all of them (with cp.async, the default, the whole block
  * copies the step and waits for it, and the rows FDEC_MMA_PREFETCH steps ahead can be prefetched into L2). At D =
- * 128 a block's steps are every nc-th of the attended range (FDEC_MMA_STRIDED_CHUNKS), elsewhere one contiguous
- * chunk. After the loop each position group is one partial state, and the block's tail (kernels.cuh,
- * fdec_block_tail) merges them and writes the chunk state; the merge kernel (kernels.cuh) merges the chunks.
+ * 64 and 128 a block's steps are every nc-th of the attended range (FDEC_MMA_STRIDED_CHUNKS, FDEC_MMA_STRIDED_D64),
+ * elsewhere one contiguous chunk. After the loop each position group is one partial state, and the block's tail
+ * (kernels.cuh, fdec_block_tail) merges them and writes the chunk state; the merge kernel (kernels.cuh) merges the
+ * chunks.
  */
 #pragma once
 #include "kernels.cuh"
@@ -90,10 +91,16 @@
 /* 1: at head_dim 128 a block takes every nc-th step of the attended range (steps chunk, chunk + nc, ...) instead of a
  * contiguous chunk, so that at any time the blocks of a KV head read one contiguous range together rather than nc
  * ranges a chunk apart (the chunk states merge alike; only the rounding differs). Llama-3-8B 131k 131.7 -> 128.65 us
- * (4.17 TB/s), head-major 135.0 -> 130.6; 32k even, 1k 6.1 -> 6.25. At head_dim 64 and 512 even or slower
+ * (4.17 TB/s), head-major 135.0 -> 130.6; 32k even, 1k 6.1 -> 6.25. At head_dim 64 and 512 even or slower then
  * (bench/NOTES.md, CUDA log row 35). */
 #ifndef FDEC_MMA_STRIDED_CHUNKS
 #define FDEC_MMA_STRIDED_CHUNKS 1
+#endif
+/* 1: strided steps at head_dim 64 too. Measured again with cp.async's evict-first policy (CUDA log row 55), two
+ * alternated rounds on the H200: LFM2 131k 66.2 -> 64.8 us (4.14 TB/s), head-major (torch_peer) 67.1-68.0 -> 65.6-65.8
+ * against SDPA's 66.2-66.5, 32k 20.35 -> 20.0 (head-major 21.3 -> 20.8-21.0, SDPA 22.3-22.7); 1k and 4k even. */
+#ifndef FDEC_MMA_STRIDED_D64
+#define FDEC_MMA_STRIDED_D64 1
 #endif
 /* At head_dim 512 on sm_90 the strided steps (an instance of their own, fdec_mma_kernel<..., true>) where a chunk is
  * at least this many positions (0: never; FDEC_CUDA_D512_STRIDED_MIN in the environment overrides it), so that calls
@@ -317,7 +324,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
 
     /* the chunk's steps: positions [c0, c1) in steps of NP, or with FDEC_MMA_STRIDED_CHUNKS every nc-th step of
      * [lo, hi) from step `chunk` on (c0 = lo, c1 = hi): always at head_dim 128, in the STR instance elsewhere */
-    constexpr bool STRIDED = FDEC_MMA_STRIDED_CHUNKS && (D == 128 || STR);
+    constexpr bool STRIDED = FDEC_MMA_STRIDED_CHUNKS && (D == 128 || STR || (D == 64 && FDEC_MMA_STRIDED_D64));
     const uint32_t c0 = STRIDED ? p.lo : p.lo + chunk * p.chunk_len,
                    c1 = STRIDED ? p.hi : min(p.hi, c0 + p.chunk_len);
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;

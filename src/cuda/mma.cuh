@@ -323,7 +323,8 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
     for (int j = 0; j < OT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
     /* the chunk's steps: positions [c0, c1) in steps of NP, or with FDEC_MMA_STRIDED_CHUNKS every nc-th step of
-     * [lo, hi) from step `chunk` on (c0 = lo, c1 = hi): always at head_dim 128, in the STR instance elsewhere */
+     * [lo, hi) from step `chunk` on (c0 = lo, c1 = hi): at head_dim 128, at 64 (FDEC_MMA_STRIDED_D64), and in the STR
+     * instance at 512 */
     constexpr bool STRIDED = FDEC_MMA_STRIDED_CHUNKS && (D == 128 || STR || (D == 64 && FDEC_MMA_STRIDED_D64));
     const uint32_t c0 = STRIDED ? p.lo : p.lo + chunk * p.chunk_len,
                    c1 = STRIDED ? p.hi : min(p.hi, c0 + p.chunk_len);

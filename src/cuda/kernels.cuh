@@ -176,7 +176,8 @@ constexpr size_t fdec_pipe_bytes() {
 /* FDEC_CP_L2_PREFETCH = 64, 128 or 256: the 16-byte copies ask L2 to fetch that many bytes around each miss
  * (cp.async's .L2::NB qualifier; 0: no qualifier). 128 took LFM2 131k 74.2 -> 71.6 us (dense) and 76.3 -> 72.1
  * (head-major), 32k 22.6 -> 21.5; 256 the same at head_dim 64 but Gemma 4 full 131k 155.7 -> 159.3 (bench/NOTES.md,
- * CUDA log row 28). */
+ * CUDA log row 28). Without it at head_dim 128 and more alone, Llama-3-8B 131k took 153-155 us against 127-129.5
+ * (row 53). */
 #ifndef FDEC_CP_L2_PREFETCH
 #define FDEC_CP_L2_PREFETCH 128
 #endif
@@ -190,21 +191,6 @@ constexpr size_t fdec_pipe_bytes() {
 #define FDEC_CP_L2 ""
 #endif
 
-/* The same qualifier for the tensor-core kernel's copies at head_dim 128 and more (a measurement setting: by default
- * FDEC_CP_L2_PREFETCH's). Without it Llama-3-8B 131k took 153-155 us against 127-129.5 (bench/NOTES.md, CUDA log
- * row 53). */
-#ifndef FDEC_CP_L2_PREFETCH_WIDE
-#define FDEC_CP_L2_PREFETCH_WIDE FDEC_CP_L2_PREFETCH
-#endif
-#if FDEC_CP_L2_PREFETCH_WIDE == 64
-#define FDEC_CP_L2W ".L2::64B"
-#elif FDEC_CP_L2_PREFETCH_WIDE == 128
-#define FDEC_CP_L2W ".L2::128B"
-#elif FDEC_CP_L2_PREFETCH_WIDE == 256
-#define FDEC_CP_L2W ".L2::256B"
-#else
-#define FDEC_CP_L2W ""
-#endif
 /* 1: the K/V copies carry an L2 evict-first policy (`createpolicy.fractional.L2::evict_first`, made beside each copy),
  * so that the rows each call streams once leave L2 before the chunk states, q and the output do. Faster at every
  * preset and length on the H200, two alternated rounds (us): Llama-3-8B 1k 5.75 -> 5.6, 32k 36.6 -> 35.95, 131k
@@ -216,31 +202,19 @@ constexpr size_t fdec_pipe_bytes() {
 #define FDEC_CP_EVICT_FIRST 1
 #endif
 
-/* a 16-byte copy to shared memory of src bytes (16, or 0: zero fill); WIDE: the tensor-core kernel at head_dim >= 128
- * (FDEC_CP_L2_PREFETCH_WIDE) */
-template <bool WIDE = false>
-__device__ __forceinline__ void fdec_cp_async16_n(void *smem, const void *gmem, unsigned src) {
+/* A 16-byte copy to shared memory that reads src bytes of it (16, or 0: zero fill, nothing read) */
+__device__ __forceinline__ void fdec_cp_async16_zfill(void *smem, const void *gmem, unsigned src) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
 #if FDEC_CP_EVICT_FIRST
     unsigned long long pol;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-    if constexpr (WIDE)
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint" FDEC_CP_L2W " [%0], [%1], 16, %2, %3;\n" ::"r"(s),
-                     "l"(gmem), "r"(src), "l"(pol));
-    else
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint" FDEC_CP_L2 " [%0], [%1], 16, %2, %3;\n" ::"r"(s),
-                     "l"(gmem), "r"(src), "l"(pol));
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint" FDEC_CP_L2 " [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(gmem),
+                 "r"(src), "l"(pol));
 #else
-    if constexpr (WIDE)
-        asm volatile("cp.async.cg.shared.global" FDEC_CP_L2W " [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src));
-    else
-        asm volatile("cp.async.cg.shared.global" FDEC_CP_L2 " [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src));
+    asm volatile("cp.async.cg.shared.global" FDEC_CP_L2 " [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src));
 #endif
 }
-template <bool WIDE = false>
-__device__ __forceinline__ void fdec_cp_async16(void *smem, const void *gmem) {
-    fdec_cp_async16_n<WIDE>(smem, gmem, 16u);
-}
+__device__ __forceinline__ void fdec_cp_async16(void *smem, const void *gmem) { fdec_cp_async16_zfill(smem, gmem, 16u); }
 __device__ __forceinline__ void fdec_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void fdec_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

@@ -212,11 +212,6 @@ constexpr size_t fdec_mma_smem_bytes(bool tma) {
            (S::WD > 1 ? (size_t)NW * 32 * S::NT * 2 * sizeof(float) : 0);
 }
 
-template <bool WIDE = false>
-__device__ __forceinline__ void fdec_cp_async16_zfill(void *smem, const void *gmem, bool full) {
-    fdec_cp_async16_n<WIDE>(smem, gmem, full ? 16u : 0u);
-}
-
 __device__ __forceinline__ void fdec_ldsm_x4(unsigned (&r)[4], const void *smem) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -450,8 +445,8 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
 #pragma unroll
             for (int i = 0; i < S::CR / S::ROWS_PER_PASS; i++) {
                 const int r = cp_r + i * S::ROWS_PER_PASS, at = r * CH + (cp_c ^ (r & 7));
-                fdec_cp_async16<(D >= 128)>(ks_ + at, kp + i * pass_stride);
-                fdec_cp_async16<(D >= 128)>(vs_ + at, vp + i * pass_stride);
+                fdec_cp_async16(ks_ + at, kp + i * pass_stride);
+                fdec_cp_async16(vs_ + at, vp + i * pass_stride);
             }
             return;
         }
@@ -463,8 +458,8 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
             const uint32_t row = ok ? fdec_cache_row(p, t) : 0;
             const size_t off = (size_t)row * p.ps + cp_c * 8;
             const int at = r * CH + (cp_c ^ (r & 7));
-            fdec_cp_async16_zfill<(D >= 128)>(ks_ + at, kbase + off, ok); /* rows past c1: zero-filled, not read */
-            fdec_cp_async16_zfill<(D >= 128)>(vs_ + at, vbase + off, ok);
+            fdec_cp_async16_zfill(ks_ + at, kbase + off, ok ? 16u : 0u); /* rows past c1: zero-filled, not read */
+            fdec_cp_async16_zfill(vs_ + at, vbase + off, ok ? 16u : 0u);
         }
     };
 

@@ -295,10 +295,10 @@ static void test_seed_shapes(path_ctx *pc, int npc) {
 }
 
 /* Lengths whose CUDA split (132 SMs, one KV head, one head tile: min(264, L / 64) chunks) lands on each side of
- * the merge kernels' limits: 32 and 33 chunks (fdec_chunk_merge_small<1> / <2>), 64 and 65 (<2> / the split
- * merge), 256 (the most). On the CPU they are five more shapes. */
+ * the merge kernels' limits: 16 and 17 chunks (fdec_chunk_merge_small<16> / <32>), 32 and 33 (<32> / <64>), 64 and
+ * 65 (<64> / the split merge), 256 (the most). On the CPU they are seven more shapes. */
 static void test_merge_paths(path_ctx *pc, int npc) {
-    static const uint32_t lens[] = {2048, 2112, 4096, 4160, 16384};
+    static const uint32_t lens[] = {1024, 1088, 2048, 2112, 4096, 4160, 16384};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
         char name[64];
         snprintf(name, sizeof name, "merge paths 128/8/1 L=%u", (unsigned)lens[i]);

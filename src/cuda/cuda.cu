@@ -292,7 +292,8 @@ static fdec_status configure(cuda_impl *c, const void *fn, size_t smem) {
         if (!c->nconf) {
             const void *merges[] = {(const void *)fdec_chunk_merge_kernel<false>,
                                     (const void *)fdec_chunk_merge_kernel<true>,
-                                    (const void *)fdec_chunk_merge_small<1>, (const void *)fdec_chunk_merge_small<2>};
+                                    (const void *)fdec_chunk_merge_small<16>, (const void *)fdec_chunk_merge_small<32>,
+                                    (const void *)fdec_chunk_merge_small<64>};
             for (const void *m : merges) cudaFuncSetAttribute(m, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
         }
         if (c->nconf == FDEC_CUDA_CONF_MAX) return FDEC_OK; /* the table is full: set again next time */
@@ -350,8 +351,9 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
     cfg.dynamicSmemBytes = small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
     cfg.numAttrs = c->cc_major >= 9 ? 1 : 0;
-    void (*merge)(const fdec_cuda_params) = small && nc <= 32             ? fdec_chunk_merge_small<1>
-                                            : small && nc <= 64           ? fdec_chunk_merge_small<2>
+    void (*merge)(const fdec_cuda_params) = small && nc <= 16 && FDEC_MERGE_SMALL16 ? fdec_chunk_merge_small<16>
+                                            : small && nc <= 32           ? fdec_chunk_merge_small<32>
+                                            : small && nc <= 64           ? fdec_chunk_merge_small<64>
                                             : nc > FDEC_MERGE_SPLIT_CHUNKS ? fdec_chunk_merge_kernel<true>
                                                                            : fdec_chunk_merge_kernel<false>;
     if ((e = cudaLaunchKernelEx(&cfg, merge, prm)) != cudaSuccess)

@@ -351,7 +351,7 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
     cfg.dynamicSmemBytes = small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
     cfg.numAttrs = c->cc_major >= 9 ? 1 : 0;
-    void (*merge)(const fdec_cuda_params) = small && nc <= 16 && FDEC_MERGE_SMALL16 ? fdec_chunk_merge_small<16>
+    void (*merge)(const fdec_cuda_params) = small && nc <= 16             ? fdec_chunk_merge_small<16>
                                             : small && nc <= 32           ? fdec_chunk_merge_small<32>
                                             : small && nc <= 64           ? fdec_chunk_merge_small<64>
                                             : nc > FDEC_MERGE_SPLIT_CHUNKS ? fdec_chunk_merge_kernel<true>

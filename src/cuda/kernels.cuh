@@ -467,20 +467,13 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(co
  * computes the weights itself and passes them around by shuffles: no shared memory. The sums are those of
  * fdec_merge_heads in the same order (same bits), and a row is NaN under the same rule. Llama-3-8B 1k 7.9 -> 6.9 us,
  * 4k 12.8 -> 11.4, the Gemma 4 sliding window 9.4 -> 8.4 (bench/NOTES.md, CUDA log row 21); FDEC_MERGE_SMALL=0 turns
- * it off. With FDEC_MERGE_CLAMP every load is unconditional: a state or dimension past the last loads the last one
- * (always in bounds) and a select after the load drops it, so that no branch stands between the loads (each load
- * in its own branch, as `c < n ? load : 0` compiles, is what serialised q's loads in CUDA log row 16); with it and
- * the 16-state instance the Llama 1k merge's sums take 1,496 cycles instead of 2,720: Llama 1k 5.6 -> 5.5 us, LFM2 1k
- * 5.1 -> 4.8, 4k 6.9 -> 6.6, the window 6.9 -> 6.7, Gemma 4 full 4k 11.2 -> 10.7, 32k 37.15 -> 36.7 (CUDA log row 59). */
+ * it off. Every load is unconditional: a state or dimension past the last loads the last one (always in bounds) and a
+ * select after the load drops it, so that no branch stands between the loads (each load in its own branch, as
+ * `c < n ? load : 0` compiles, is what serialised q's loads in CUDA log row 16); with that and an instance for up to
+ * 16 states the Llama 1k merge's sums take 1,496 cycles instead of 2,720: Llama 1k 5.6 -> 5.5 us, LFM2 1k 5.1 -> 4.8,
+ * 4k 6.9 -> 6.6, the window 6.9 -> 6.7, Gemma 4 full 4k 11.2 -> 10.7, 32k 37.15 -> 36.7 (CUDA log row 59). */
 #ifndef FDEC_MERGE_SMALL
 #define FDEC_MERGE_SMALL 1
-#endif
-#ifndef FDEC_MERGE_CLAMP
-#define FDEC_MERGE_CLAMP 1
-#endif
-/* 1: an instance for merges of up to 16 states (the 1k calls'), whose loads and sums stop at 16 */
-#ifndef FDEC_MERGE_SMALL16
-#define FDEC_MERGE_SMALL16 1
 #endif
 #define FDEC_MERGE_SMALL_MAX 64 /* chunks it merges at most: fdec_chunk_merge_small<64> */
 template <int C>
@@ -497,31 +490,20 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(con
     const bool act = d < p.D;
     const size_t hn = (size_t)h * n;
     float mr[J], lr[J], x[C];
-    if constexpr (FDEC_MERGE_CLAMP) {
-        const uint32_t last = n - 1, dd = act ? d : p.D - 1; /* n >= 1 */
+    const uint32_t last = n - 1, dd = act ? d : p.D - 1; /* n >= 1 */
 #pragma unroll
-        for (int j = 0; j < J; j++) {
-            const uint32_t c = lane + 32 * j;
-            mr[j] = __ldcg(p.part_m + hn + min(c, last));
-            lr[j] = __ldcg(p.part_l + hn + min(c, last));
-        }
+    for (int j = 0; j < J; j++) {
+        const uint32_t c = lane + 32 * j;
+        mr[j] = __ldcg(p.part_m + hn + min(c, last));
+        lr[j] = __ldcg(p.part_l + hn + min(c, last));
+    }
 #pragma unroll
-        for (int c = 0; c < C; c++) x[c] = __ldcg(p.part_o + (hn + min((uint32_t)c, last)) * p.D + dd);
+    for (int c = 0; c < C; c++) x[c] = __ldcg(p.part_o + (hn + min((uint32_t)c, last)) * p.D + dd);
 #pragma unroll
-        for (int j = 0; j < J; j++) {
-            const bool in = lane + 32 * j < n;
-            mr[j] = in ? mr[j] : -INFINITY;
-            lr[j] = in ? lr[j] : 0.f;
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            const uint32_t c = lane + 32 * j;
-            mr[j] = c < n ? __ldcg(p.part_m + hn + c) : -INFINITY;
-            lr[j] = c < n ? __ldcg(p.part_l + hn + c) : 0.f;
-        }
-#pragma unroll
-        for (int c = 0; c < C; c++) x[c] = act && (uint32_t)c < n ? __ldcg(p.part_o + (hn + c) * p.D + d) : 0.f;
+    for (int j = 0; j < J; j++) { /* the states past the last: weight 0 */
+        const bool in = lane + 32 * j < n;
+        mr[j] = in ? mr[j] : -INFINITY;
+        lr[j] = in ? lr[j] : 0.f;
     }
     float w[J], M, L;
     fdec_warp_weights(mr, lr, w, M, L);

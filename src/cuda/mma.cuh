@@ -102,11 +102,6 @@
 #ifndef FDEC_MMA_STRIDED_D64
 #define FDEC_MMA_STRIDED_D64 1
 #endif
-/* 1: strided steps at head_dim 256 too (a measurement setting, off: not yet run on a GPU; bench/NOTES.md, "Where it
- * stands (session 18)") */
-#ifndef FDEC_MMA_STRIDED_D256
-#define FDEC_MMA_STRIDED_D256 0
-#endif
 /* At head_dim 512 on sm_90 the strided steps (an instance of their own, fdec_mma_kernel<..., true>) where a chunk is
  * at least this many positions (0: never; FDEC_CUDA_D512_STRIDED_MIN in the environment overrides it), so that calls
  * whose chunks are a few steps keep the plain instance (strided everywhere cost 1k 7.8 -> 8.1 us, CUDA log row 35 c).
@@ -325,8 +320,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
     /* the chunk's steps: positions [c0, c1) in steps of NP, or with FDEC_MMA_STRIDED_CHUNKS every nc-th step of
      * [lo, hi) from step `chunk` on (c0 = lo, c1 = hi): at head_dim 128, at 64 (FDEC_MMA_STRIDED_D64), and in the STR
      * instance at 512 */
-    constexpr bool STRIDED = FDEC_MMA_STRIDED_CHUNKS && (D == 128 || STR || (D == 64 && FDEC_MMA_STRIDED_D64) ||
-                                                         (D == 256 && FDEC_MMA_STRIDED_D256));
+    constexpr bool STRIDED = FDEC_MMA_STRIDED_CHUNKS && (D == 128 || STR || (D == 64 && FDEC_MMA_STRIDED_D64));
     const uint32_t c0 = STRIDED ? p.lo : p.lo + chunk * p.chunk_len,
                    c1 = STRIDED ? p.hi : min(p.hi, c0 + p.chunk_len);
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;

@@ -197,7 +197,12 @@ constexpr size_t fdec_pipe_bytes() {
  * 126.95 -> 125.7; LFM2 32k 20.9 -> 20.3; Gemma 4 full 32k 38.6 -> 37.15 (3.61 TB/s); Gemma sliding-full 32k 67.5 ->
  * 66.0; the window 7.05 -> 6.9; head-major against SDPA (torch_peer) LFM2 1k 6.26 -> 5.76 us (SDPA 6.3), 32k 22.6 ->
  * 21.5 (22.2). A policy made once a thread and kept in a register made some launches fail with an illegal instruction
- * (bench/NOTES.md, CUDA log row 53). 0: no policy. */
+ * (bench/NOTES.md, CUDA log row 53). 0: no policy.
+ * A hazard: the ptxas of CUDA 13 can drop the `createpolicy` and leave a copy reading an unset register as its
+ * policy, which the GPU traps as an illegal instruction (a known ptxas bug). The shipped kernels do not hit it, but
+ * two unrelated changes to the decode block's tail did, in the head_dim 128 kernel's long-chunk calls, also with the
+ * policy passed in as a kernel parameter (CUDA log rows 61-63). After any change to the kernels run `make test-cuda`:
+ * its CUDA graph test and long calls trap at once. Without the policy every preset is 0.1-1.8 us a call slower. */
 #ifndef FDEC_CP_EVICT_FIRST
 #define FDEC_CP_EVICT_FIRST 1
 #endif

@@ -1,5 +1,6 @@
 # flashdec — see README.md. `make` builds build/libflashdec.{a,so} and build/flashdec.
-# Variables: CC, CFLAGS, CUDA=0|1 (default: 1 when nvcc is on the PATH), NVCC, PREFIX (install).
+# Variables: CC, CFLAGS, CUDA=0|1 (default: 1 when nvcc is on the PATH), NVCC, CUDA_GENCODE, CUDA_L2_POLICY=0|1
+# (below), PREFIX (install).
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -28,7 +29,15 @@ CU_SRC    := $(wildcard src/cuda/*.cu)
 CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 # -compress-all: the device code is stored compressed (the library ~11 MB -> ~3 MB at sm_90; unpacked once at load)
-NVFLAGS   := -O3 -std=c++17 -Xcompiler -fPIC -Iinclude $(CUDA_GENCODE) -lineinfo -Xfatbin -compress-all
+# The K/V copies' L2 evict-first policy (FDEC_CP_EVICT_FIRST, src/cuda/kernels.cuh; 0.1-1.8 us a call on the H200) only
+# with the CUDA compilers the kernels were checked with on a GPU: the ptxas of CUDA 13 can drop the policy's
+# `createpolicy`, and a kernel that it does that to traps with an illegal instruction (bench/NOTES.md, CUDA log row 63).
+# CUDA_L2_POLICY=1 or 0 decides it by hand; run `make test-cuda` on a GPU after turning it on for another compiler.
+NVCC_RELEASE   := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
+CUDA_L2_POLICY_CHECKED := 13.0
+CUDA_L2_POLICY ?= $(if $(filter $(CUDA_L2_POLICY_CHECKED),$(NVCC_RELEASE)),1,0)
+NVFLAGS   := -O3 -std=c++17 -Xcompiler -fPIC -Iinclude $(CUDA_GENCODE) -lineinfo -Xfatbin -compress-all \
+             -DFDEC_CP_EVICT_FIRST=$(CUDA_L2_POLICY)
 BASE      += -DFDEC_HAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 else

@@ -202,7 +202,8 @@ constexpr size_t fdec_pipe_bytes() {
  * policy, which the GPU traps as an illegal instruction (a known ptxas bug). The shipped kernels do not hit it, but
  * two unrelated changes to the decode block's tail did, in the head_dim 128 kernel's long-chunk calls, also with the
  * policy passed in as a kernel parameter (CUDA log rows 61-63). After any change to the kernels run `make test-cuda`:
- * its CUDA graph test and long calls trap at once. Without the policy every preset is 0.1-1.8 us a call slower. */
+ * its CUDA graph test and long calls trap at once. Without the policy every preset is 0.1-1.8 us a call slower.
+ * The Makefile sets it: 1 only with the CUDA release the kernels were checked with (CUDA_L2_POLICY). */
 #ifndef FDEC_CP_EVICT_FIRST
 #define FDEC_CP_EVICT_FIRST 1
 #endif

@@ -203,7 +203,9 @@ constexpr size_t fdec_pipe_bytes() {
  * two unrelated changes to the decode block's tail did, in the head_dim 128 kernel's long-chunk calls, also with the
  * policy passed in as a kernel parameter (CUDA log rows 61-63). After any change to the kernels run `make test-cuda`:
  * its CUDA graph test and long calls trap at once. Without the policy every preset is 0.1-1.8 us a call slower.
- * The Makefile sets it: 1 only with the CUDA release the kernels were checked with (CUDA_L2_POLICY). */
+ * The Makefile sets it: 1 only with the CUDA release the kernels were checked with (CUDA_L2_POLICY). And only the
+ * sm_90 code takes it: the sm_80 code (A100, and the sm_86 / sm_89 cards that run it) has never run on a GPU here, so
+ * it has no policy rather than an unchecked one. */
 #ifndef FDEC_CP_EVICT_FIRST
 #define FDEC_CP_EVICT_FIRST 1
 #endif
@@ -211,7 +213,7 @@ constexpr size_t fdec_pipe_bytes() {
 /* A 16-byte copy to shared memory that reads src bytes of it (16, or 0: zero fill, nothing read) */
 __device__ __forceinline__ void fdec_cp_async16_zfill(void *smem, const void *gmem, unsigned src) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-#if FDEC_CP_EVICT_FIRST
+#if FDEC_CP_EVICT_FIRST && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     unsigned long long pol;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
     asm volatile("cp.async.cg.shared.global.L2::cache_hint" FDEC_CP_L2 " [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(gmem),

@@ -58,7 +58,8 @@ double fd_out_error(const fd_problem *pr, const void *out, const double *ref);
 double fd_lse_error(const fd_problem *pr, const float *lse, const double *ref_lse);
 
 /* The machine's ceilings, measured now: streaming-read bandwidth in GB/s over `bytes` with `threads` threads,
- * and f32 FMA peak in GFLOP/s (2 flops per FMA) with `threads` threads (the best of five runs). */
+ * and f32 FMA peak in GFLOP/s (2 flops per FMA) with `threads` threads (the best of FD_FMA_TRIALS runs). */
+#define FD_FMA_TRIALS 5
 double fd_read_bandwidth(size_t bytes, uint32_t threads);
 double fd_fma_peak(uint32_t threads);
 /* The vector width fd_fma_peak measures with: 512 where the CPU has AVX-512 (the CPU kernel's widest path), 256

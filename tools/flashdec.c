@@ -504,8 +504,8 @@ static int cmd_bench(int argc, char **argv, int demo) {
             bw[t] = fd_read_bandwidth(BW_BYTES, thr[t]);
             gf[t] = fd_fma_peak(thr[t]);
             printf("ceilings with %u thread(s): streaming read %.1f GB/s (%zu MiB buffer; measured again before each "
-                   "case: column 'ceil'), f32 FMA peak %.0f GFLOP/s (%d-bit FMAs, best of 5 runs)\n",
-                   thr[t], bw[t], (size_t)(BW_BYTES >> 20), gf[t], fd_fma_width());
+                   "case: column 'ceil'), f32 FMA peak %.0f GFLOP/s (%d-bit FMAs, best of %d runs)\n",
+                   thr[t], bw[t], (size_t)(BW_BYTES >> 20), gf[t], fd_fma_width(), FD_FMA_TRIALS);
         }
     }
     print_header();

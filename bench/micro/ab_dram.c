@@ -7,7 +7,10 @@
  *   cc -O2 -Iinclude bench/micro/ab_dram.c -ldl -lm -o build/ab_dram
  *   build/ab_dram libA.so libB.so D H G L threads pairs [f16|bf16]     e.g. ... 128 32 8 32768 2 40
  *
- * Prints each build's median us per call and GB/s and the median of the pairs' time ratios B/A (< 1: B faster). */
+ * Prints each build's median us per call and GB/s and the median of the pairs' time ratios B/A (< 1: B faster).
+ *
+ * AB_HUGEPAGES=1: each build reads its own copies, A's in 4 KiB pages (MADV_NOHUGEPAGE) and B's in transparent huge
+ * pages (MADV_HUGEPAGE); with the same library as A and B this measures what huge pages under the cache are worth. */
 #define _GNU_SOURCE
 #include "flashdec.h"
 
@@ -16,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 typedef fdec_status (*create_fn)(fdec_backend, const fdec_options *, fdec_context **);
@@ -65,6 +69,26 @@ static size_t l3_bytes(void) {
     return (size_t)v << 10;
 }
 
+/* bytes of cache memory, 2 MiB aligned, in huge pages or not (the advice is given before the first touch) */
+static void *cache_alloc(size_t bytes, int huge) {
+    const size_t al = (size_t)2 << 20, sz = (bytes + al - 1) / al * al;
+    void *p = NULL;
+    if (posix_memalign(&p, al, sz)) return NULL;
+    madvise(p, sz, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    return p;
+}
+
+/* the process's memory in transparent huge pages, kB (-1 if unknown) */
+static long anon_huge_kb(void) {
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+
 int main(int argc, char **argv) {
     if (argc != 9 && argc != 10) {
         fprintf(stderr, "usage: %s libA.so libB.so head_dim q_heads kv_heads seq_len threads pairs [f16|bf16]\n",
@@ -89,29 +113,36 @@ int main(int argc, char **argv) {
     const size_t n = (size_t)L * G * D, bytes = 2 * n * 2;
     int ncopy = (int)((2 * l3_bytes() + bytes - 1) / bytes) + 1;
     if (ncopy < 3) ncopy = 3;
-    uint16_t **k = calloc((size_t)ncopy, sizeof *k), **v = calloc((size_t)ncopy, sizeof *v);
+    const int hp = getenv("AB_HUGEPAGES") && atoi(getenv("AB_HUGEPAGES"));
+    uint16_t **k[2], **v[2];
     float *q = malloc((size_t)H * D * 4), *out = malloc((size_t)H * D * 4);
     srand(1);
-    for (int c = 0; c < ncopy; c++) {
-        k[c] = malloc(n * 2), v[c] = malloc(n * 2);
-        if (!k[c] || !v[c]) return fprintf(stderr, "out of memory\n"), 1;
-        for (size_t i = 0; i < n; i++) { /* values in [1, 2) for K, [0.5, 1) for V */
-            k[c][i] = (uint16_t)(bf16 ? 0x3f80 | (rand() & 0x7f) : 0x3c00 | (rand() & 0x3ff));
-            v[c][i] = (uint16_t)(bf16 ? 0x3f00 | (rand() & 0x7f) : 0x3800 | (rand() & 0x3ff));
+    for (int w = 0; w < 1 + hp; w++) {
+        k[w] = calloc((size_t)ncopy, sizeof *k[w]), v[w] = calloc((size_t)ncopy, sizeof *v[w]);
+        for (int c = 0; c < ncopy; c++) {
+            k[w][c] = hp ? cache_alloc(n * 2, w) : malloc(n * 2), v[w][c] = hp ? cache_alloc(n * 2, w) : malloc(n * 2);
+            if (!k[w][c] || !v[w][c]) return fprintf(stderr, "out of memory\n"), 1;
+            for (size_t i = 0; i < n; i++) { /* values in [1, 2) for K, [0.5, 1) for V */
+                k[w][c][i] = (uint16_t)(bf16 ? 0x3f80 | (rand() & 0x7f) : 0x3c00 | (rand() & 0x3ff));
+                v[w][c][i] = (uint16_t)(bf16 ? 0x3f00 | (rand() & 0x7f) : 0x3800 | (rand() & 0x3ff));
+            }
         }
     }
+    if (!hp) k[1] = k[0], v[1] = v[0];
     for (size_t i = 0; i < (size_t)H * D; i++) q[i] = (float)(rand() % 1000) / 1000.f;
     double *t[2] = {malloc(sizeof(double) * pairs), malloc(sizeof(double) * pairs)};
     double *r = malloc(sizeof(double) * pairs);
-    int c = 0;
+    int c = 0, cw[2] = {0, 0}; /* with AB_HUGEPAGES each build rotates over its own copies */
     for (int i = -2; i < pairs; i++) { /* two pairs of warm-up */
         for (int s = 0; s < 2; s++) {
             const int w = (i & 1) ? 1 - s : s; /* A B, then B A */
             const double t0 = now();
-            if (b[w].decode(b[w].ctx, &ly, L, q, k[c], v[c], out, NULL)) return fprintf(stderr, "decode failed\n"), 1;
+            const int cc = hp ? cw[w] : c;
+            if (b[w].decode(b[w].ctx, &ly, L, q, k[w][cc], v[w][cc], out, NULL))
+                return fprintf(stderr, "decode failed\n"), 1;
             const double dt = now() - t0;
             if (i >= 0) t[w][i] = dt;
-            c = (c + 1) % ncopy;
+            c = (c + 1) % ncopy, cw[w] = (cw[w] + 1) % ncopy;
         }
         if (i >= 0) r[i] = t[1][i] / t[0][i];
     }
@@ -119,5 +150,6 @@ int main(int argc, char **argv) {
     printf("D%u H%u G%u L%u threads %u, %d pairs over %d copies: A %.1f us (%.2f GB/s), B %.1f us (%.2f GB/s), "
            "B/A %.3f\n",
            D, H, G, L, threads, pairs, ncopy, ta * 1e6, bytes / ta / 1e9, tb * 1e6, bytes / tb / 1e9, ra);
+    if (hp) printf("  AB_HUGEPAGES: B's copies in huge pages; the process holds %ld MiB of them\n", anon_huge_kb() >> 10);
     return 0;
 }

@@ -178,12 +178,14 @@ struct Case {
 /* `gpu_read short`: how fast a few blocks stream a short call's cache on their own, for the question whether a short
  * call could skip the merge kernel by giving each KV head one block (or a handful): contexts of 1k and 4k positions,
  * 8 KV heads in the dense layout, rows of 128 (LFM2), 256 (Llama-3-8B) or 512 bytes (Gemma 4 sliding), 1-16 chunks a
- * head, rings of S stages of 32 KiB. Each launch reads another copy of the cache (up to 64 copies in 256 MiB, far past the L2), and
+ * head, rings of S stages of 32 KiB; bulkbig (one bulk copy a step for K and one for V) on the head-major layout of the same
+ * bytes. Each launch reads another copy of the cache (up to 64 copies in 256 MiB, far past the L2), and
  * 32 launches are timed as one CUDA graph (median of 7 replays), the way the library's calls are timed; "empty" is
  * the same grid with no rows to read (start-up and launch alone). */
 static void short_cases(unsigned char *k, unsigned char *v, size_t maxb, unsigned *sink) {
     CK(cudaFuncSetAttribute(k_ring<CPASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     CK(cudaFuncSetAttribute(k_ring<BULKROW>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    CK(cudaFuncSetAttribute(k_ring<BULKBIG>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaEvent_t e0, e1;
@@ -195,7 +197,7 @@ static void short_cases(unsigned char *k, unsigned char *v, size_t maxb, unsigne
     for (int RB : {256, 128, 512})
         for (long long L : {1024LL, 4096LL})
             for (int nc : {1, 2, 4, 8, 16})
-                for (int mode : {BULKROW, CPASYNC})
+                for (int mode : {BULKROW, CPASYNC, BULKBIG})
                     for (int S : {2, 3, 4, 6}) {
                         const int P = 32768 / 2 / RB;
                         const long long spc = L / P / nc;
@@ -210,8 +212,10 @@ static void short_cases(unsigned char *k, unsigned char *v, size_t maxb, unsigne
                             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
                             for (int i = 0; i < NL; i++) {
                                 const size_t off = (size_t)(i % ncopy) * cache;
-                                const Args a{k + off, v + off, sink, empty ? 0 : L, G, RB, 0, nc, P, S, 0};
+                                /* bulkbig reads the head-major layout (a head's rows contiguous), the others the dense one */
+                                const Args a{k + off, v + off, sink, empty ? 0 : L, G, RB, mode == BULKBIG, nc, P, S, 0};
                                 if (mode == CPASYNC) k_ring<CPASYNC><<<blocks, thr, smem, st>>>(a);
+                                else if (mode == BULKBIG) k_ring<BULKBIG><<<blocks, thr, smem, st>>>(a);
                                 else k_ring<BULKROW><<<blocks, thr, smem, st>>>(a);
                             }
                             CK(cudaStreamEndCapture(st, &gr));

@@ -25,16 +25,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "graph_timing.cuh"
+
 namespace cg = cooperative_groups;
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                         \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
 
 enum { G = 8, R = 4, D = 128, H = G * R, THREADS = 128 };
 
@@ -138,24 +132,10 @@ static float graph_time(cudaStream_t s, void (*call)(cudaStream_t, const P &), c
     for (int i = 0; i < 200; i++) call(s, p);
     CK(cudaStreamEndCapture(s, &gr));
     CK(cudaGraphInstantiate(&ex, gr, 0));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ex, s));
-    std::vector<float> t;
-    for (int i = 0; i < 15; i++) {
-        CK(cudaEventRecord(a, s));
-        CK(cudaGraphLaunch(ex, s));
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1000.f / 200.f);
-    }
-    std::sort(t.begin(), t.end());
+    const float us = graph_median_us(ex, s, 200, 15);
     CK(cudaGraphExecDestroy(ex));
     CK(cudaGraphDestroy(gr));
-    return t[t.size() / 2];
+    return us;
 }
 
 static size_t g_dyn;

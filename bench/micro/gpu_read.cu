@@ -24,14 +24,8 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                         \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#include "graph_timing.cuh"
+
 
 enum { LDG, CPASYNC, BULKROW, BULKBIG };
 static const char *mode_name[] = {"ldg", "cpasync", "bulkrow", "bulkbig"};
@@ -188,9 +182,6 @@ static void short_cases(unsigned char *k, unsigned char *v, size_t maxb, unsigne
     CK(cudaFuncSetAttribute(k_ring<BULKBIG>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     const int G = 8, NL = 32;
     printf("%-8s %4s %5s %3s %6s %4s %2s %4s %8s %8s %9s %9s\n", "mode", "rowB", "ctx", "nc", "blocks", "P", "S", "thr",
            "us", "empty", "GB/s/blk", "TB/s");
@@ -220,19 +211,7 @@ static void short_cases(unsigned char *k, unsigned char *v, size_t maxb, unsigne
                             }
                             CK(cudaStreamEndCapture(st, &gr));
                             CK(cudaGraphInstantiate(&ge, gr, 0));
-                            for (int w = 0; w < 3; w++) CK(cudaGraphLaunch(ge, st));
-                            std::vector<float> t;
-                            for (int r = 0; r < 7; r++) {
-                                CK(cudaEventRecord(e0, st));
-                                CK(cudaGraphLaunch(ge, st));
-                                CK(cudaEventRecord(e1, st));
-                                CK(cudaEventSynchronize(e1));
-                                float ms;
-                                CK(cudaEventElapsedTime(&ms, e0, e1));
-                                t.push_back(ms * 1e3f / NL);
-                            }
-                            std::sort(t.begin(), t.end());
-                            res[empty] = t[3];
+                            res[empty] = graph_median_us(ge, st, NL, 7);
                             CK(cudaGraphExecDestroy(ge));
                             CK(cudaGraphDestroy(gr));
                         }

@@ -90,7 +90,7 @@ def copy_bandwidth():
     return 2 * n / statistics.median(times) / 1e9
 
 
-def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L, twice=False, warmup_s=0.0):
+def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L, twice=False, warmup_s=0.0, between=0):
     dev = "cuda"
     rows = window if window else L  # a window of w in a ring of w rows: the cache holds exactly w rows
     kv_bytes = 2 * rows * G * D * 2
@@ -136,10 +136,20 @@ def run_case(lib, Layer, ctx_p, stream, name, D, H, G, window, scale, L, twice=F
     lib.fdec_context_reserve(ctx, C.byref(lay_hm), L)
     n_calls = max(ncopy, 8)
     calls = [("flashdec_us", fdec), ("flashdec_dense_us", fdec_dense), ("sdpa_us", sdpa)]
+    if between:  # --between: an engine's own kernel after every call, the same for all three (and timed alone)
+        other = torch.zeros(between, device=dev)
+
+        def foreign(i):
+            other.add_(1.0)
+
+        def then_foreign(fn):
+            return lambda i: (fn(i), foreign(i))
+
+        calls = [(k, then_foreign(fn)) for k, fn in calls] + [("between_us", foreign)]
     us = {k: graph_time(fn, n_calls, stream, warmup_s=warmup_s) * 1e6 for k, fn in calls}
     if twice:  # the three again in the reverse order: does the first timing of a case differ from a later one?
         us.update({k + "_2": graph_time(fn, n_calls, stream, warmup_s=warmup_s) * 1e6 for k, fn in reversed(calls)})
-    t_f, t_d, t_s = (us[k] * 1e-6 for k, _ in calls)
+    t_f, t_d, t_s = (us[k] * 1e-6 for k, _ in calls[:3])
     # correctness on copy 0
     fdec(0)
     fdec_dense(0)
@@ -170,6 +180,9 @@ def main():
                          "those times on a second line")
     ap.add_argument("--warmup-s", type=float, default=0.0,
                     help="seconds of graph replays before each timing (default %(default)s: two replays)")
+    ap.add_argument("--between", type=int, default=0, metavar="N",
+                    help="after every call, a PyTorch add on N f32 elements, as an engine runs its own kernels "
+                         "between attention calls; the times then include it, and its own time is printed")
     a = ap.parse_args()
     names = [p[0] for p in PRESETS]
     want = names if a.preset == "all" else a.preset.split(",")
@@ -201,13 +214,15 @@ def main():
             if st:
                 sys.exit("fdec_context_create: " + lib.fdec_last_error().decode())
             with torch.cuda.stream(s):
-                r = run_case(lib, Layer, ctx, s, name, D, H, G, window, scale, L, a.twice, a.warmup_s)
+                r = run_case(lib, Layer, ctx, s, name, D, H, G, window, scale, L, a.twice, a.warmup_s, a.between)
             lib.fdec_context_destroy(ctx)
             r["copy_bw_gbs"] = bw
             results.append(r)
             print(f"{name:20s} {L:7d} {r['flashdec_us']:9.2f} {r['flashdec_tbs']:6.2f} {r['flashdec_dense_us']:9.2f} "
                   f"{r['flashdec_dense_tbs']:6.2f} {r['sdpa_us']:9.2f} {r['sdpa_tbs']:6.2f} {r['speedup']:7.2f} "
                   f"{r['err_flashdec']:9.2g} {r['err_sdpa']:9.2g}", flush=True)
+            if a.between:
+                print(f"{'  (the add between alone)':28s} {r['between_us']:9.2f}", flush=True)
             if a.twice:
                 print(f"{'  (again, reversed)':28s} {r['flashdec_us_2']:9.2f} {'':6s} {r['flashdec_dense_us_2']:9.2f} "
                       f"{'':6s} {r['sdpa_us_2']:9.2f}", flush=True)

@@ -128,6 +128,10 @@ fdec_status fdec_context_reserve(fdec_context *ctx, const fdec_layer *layer, uin
  *   out  [num_q_heads][head_dim] of layer->out_dtype
  *   lse  [num_q_heads] f32, or NULL to skip
  * On the CUDA backend all pointers are device pointers and the call is asynchronous on the context's stream.
+ * On sm_90 and newer its kernels are programmatic dependent launches: the first may start while the kernel before
+ * it in the stream ends and waits for that kernel's writes before it reads anything; the last lets the next
+ * kernel launch early, which matters only to a kernel you launch with programmatic stream serialization, and
+ * such a kernel must wait (cudaGridDependencySynchronize) before it reads out or lse, as that attribute requires.
  * On error nothing is written. */
 fdec_status fdec_decode(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_len, const void *q,
                         const void *k, const void *v, void *out, float *lse);

@@ -45,12 +45,15 @@ extern "C" {
 /* Most chunks per head: bounds the scratch and the merge's loop. */
 #define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 
-/* 1: the decode kernel too is a programmatic dependent launch on sm_90 (cuda_decode). Off: back-to-back calls of
- * 1k positions were 0.3-0.6 us slower with it, unless the merge kernel let them launch at its start
- * (FDEC_MERGE_TRIGGER), which only helps when the kernel before a decode is flashdec's own merge (bench/NOTES.md,
- * CUDA log row 21). */
+/* 1: the decode kernel too is a programmatic dependent launch on sm_90 (cuda_decode): its blocks may be placed while
+ * the kernel before it in the stream ends, and wait in fdec_grid_wait, before their first access to memory, until
+ * that kernel has finished and its writes are visible. Behind flashdec's own merge, which lets it launch at its start
+ * (FDEC_MERGE_TRIGGER, kernels.cuh), back to back calls (torch_peer, us): LFM2 1k 5.49 -> 4.76, Llama 1k 6.0 -> 5.8,
+ * 4k 10.2 -> 9.45, the window 7.4 -> 6.8; behind a PyTorch add between the calls (an engine's own kernel, which
+ * does not trigger): Llama 1k 6.96 -> 6.76, LFM2 1k 6.50 -> 6.34, the window 8.5 -> 8.4, nowhere slower
+ * (bench/NOTES.md, CUDA log row 66; session 5's kernels had lost 0.3-0.6 us with it, row 21). */
 #ifndef FDEC_CUDA_PDL_DECODE
-#define FDEC_CUDA_PDL_DECODE 0
+#define FDEC_CUDA_PDL_DECODE 1
 #endif
 /* A measurement build (results wrong on purpose): no merge launch, so that the decode kernel's own time shows
  * (bench/NOTES.md, CUDA log row 28). */
@@ -326,9 +329,9 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     prm.scale_log2 = p->scale * 1.4426950408889634f;
     prm.qt = (int)p->qt, prm.ot = (int)p->ot;
     if ((st = configure(c, (const void *)lp.fn, lp.smem))) return st;
-    /* on sm_90 the merge is a programmatic dependent launch (cudaLaunchAttributeProgrammaticStreamSerialization):
-     * it may be launched while the decode kernel runs, and waits for its end and writes (fdec_grid_wait) before
-     * touching memory. The decode kernel is one only with FDEC_CUDA_PDL_DECODE (off: CUDA log row 21). */
+    /* on sm_90 both kernels are programmatic dependent launches (cudaLaunchAttributeProgrammaticStreamSerialization):
+     * each may be launched while the kernel before it runs, and waits for its end and writes (fdec_grid_wait) before
+     * touching memory (the decode with FDEC_CUDA_PDL_DECODE, CUDA log row 66). */
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;

@@ -112,14 +112,20 @@ __device__ __forceinline__ void fdec_grid_wait() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-/* Lets the next grid in the stream launch now: a merge kernel's first act when FDEC_MERGE_TRIGGER is set, for a
- * decode kernel launched as a programmatic dependent (FDEC_CUDA_PDL_DECODE, cuda.cu; CUDA log row 21). */
+/* Lets the next grid in the stream launch now (sm_90), so that a kernel launched after it as a programmatic
+ * dependent (flashdec's next decode: FDEC_CUDA_PDL_DECODE, cuda.cu; or an engine's own kernel) has its blocks
+ * resident and waiting in fdec_grid_wait when this grid ends, instead of launching then. The first act of the merges
+ * of at most FDEC_MERGE_TRIGGER chunks (0: none). With the decode a programmatic dependent, back to back calls
+ * (torch_peer, us): LFM2 1k 5.49 -> 4.76, 4k 7.3 -> 6.55, Llama 1k 6.0 -> 5.8, 4k 10.2 -> 9.45, the window 7.4 ->
+ * 6.8; with the trigger in every merge the Gemma 4 full layer's 64-chunk merge made its 4k call slower (10.7 ->
+ * 11.2), hence 32 (bench/NOTES.md, CUDA log row 66). */
 #ifndef FDEC_MERGE_TRIGGER
-#define FDEC_MERGE_TRIGGER 0
+#define FDEC_MERGE_TRIGGER 32
 #endif
+template <int C>
 __device__ __forceinline__ void fdec_merge_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && FDEC_MERGE_TRIGGER
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (C <= FDEC_MERGE_TRIGGER) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
@@ -454,7 +460,6 @@ template <bool SPLIT>
 __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(const fdec_cuda_params p) {
     FDEC_TL_DECL
     FDEC_TL_MARK(0)
-    fdec_merge_trigger();
     fdec_grid_wait();
     FDEC_TL_MARK(1)
     FDEC_TL_MARK(2) /* no mark of its own inside fdec_merge_heads: mark 2 is mark 1 here */
@@ -488,7 +493,7 @@ template <int C>
 __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(const fdec_cuda_params p) {
     FDEC_TL_DECL
     FDEC_TL_MARK(0)
-    fdec_merge_trigger();
+    fdec_merge_trigger<C>();
     fdec_grid_wait();
     FDEC_TL_MARK(1)
     constexpr int J = (C + 31) / 32;

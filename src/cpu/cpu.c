@@ -301,7 +301,11 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     /* at head_dim FDEC_CPU_PF_ONE_D or more, one block ahead instead of fdec_cpu_pf_blocks() (2 on AMD): on Zen 4 from
      * DRAM, paired, Gemma 4 sliding-full 32k 2-5% and 131k 3-5% faster, its 1k 2-6%, the Gemma 4 full layer 1-3%
      * (bench/NOTES.md, CPU log row 49) */
-    const uint32_t pf = !FDEC_CPU_PF_FORCED && FDEC_CPU_PF_ONE_D && p->D >= FDEC_CPU_PF_ONE_D ? 1 : c->pf_blocks;
+#if FDEC_CPU_PF_FORCED || !FDEC_CPU_PF_ONE_D
+    const uint32_t pf = c->pf_blocks;
+#else
+    const uint32_t pf = p->D >= FDEC_CPU_PF_ONE_D ? 1 : c->pf_blocks;
+#endif
     fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, pf};
     run_ctx r = {&a, c->chunk, s, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
                  (float *)(base + L.s)};

@@ -18,15 +18,10 @@
 #define FDEC_CPU_LONG_CALL_MB 128
 #endif
 #define LONG_CALL_BYTES ((size_t)FDEC_CPU_LONG_CALL_MB << 20)
-/* Head_dim from which the rows are prefetched one block ahead rather than fdec_cpu_pf_blocks() (0: never). A block
- * of 32 rows is 128-256 KiB of K and V there; two of them ahead of the one in use crowd a 1 MiB L2 (CPU log row 49). */
+/* Head_dim from which the rows are prefetched one block ahead rather than fdec_cpu_pf_blocks() (0: never; pf_distance).
+ * A block of 32 rows is 128-256 KiB of K and V there; two of them ahead of the one in use crowd a 1 MiB L2. */
 #ifndef FDEC_CPU_PF_ONE_D
 #define FDEC_CPU_PF_ONE_D 256
-#endif
-#ifdef FDEC_CPU_PF_BLOCKS /* a distance set at build time holds for every head_dim */
-#define FDEC_CPU_PF_FORCED 1
-#else
-#define FDEC_CPU_PF_FORCED 0
 #endif
 /* Scratch bound on the split: 64 partial states. */
 #define MAX_CHUNKS 64
@@ -68,6 +63,19 @@ uint32_t fdec_cpu_pf_blocks(void) {
 #endif
     return 2;
 #endif
+}
+
+/* The prefetch distance of a call of head_dim D: one block from FDEC_CPU_PF_ONE_D on, the machine's below it (a
+ * distance the build sets holds for every head_dim). One block instead of Zen 4's two, from DRAM, paired: the Gemma 4
+ * sliding geometry 2-5% faster at 32k, 3-5% at 131k, 2-6% at 1k, the Gemma 4 full layer 1-2% (bench/NOTES.md, CPU log
+ * row 49). */
+static uint32_t pf_distance(const cpu_impl *c, uint32_t D) {
+#ifdef FDEC_CPU_PF_BLOCKS
+    (void)D;
+#else
+    if (FDEC_CPU_PF_ONE_D > 0 && D >= FDEC_CPU_PF_ONE_D) return 1;
+#endif
+    return c->pf_blocks;
 }
 
 /* By cpuid and xgetbv rather than __builtin_cpu_supports, whose feature names differ between compilers. */
@@ -298,15 +306,7 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
                  p->scale);
         for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
     }
-    /* at head_dim FDEC_CPU_PF_ONE_D or more, one block ahead instead of fdec_cpu_pf_blocks() (2 on AMD): on Zen 4 from
-     * DRAM, paired, Gemma 4 sliding-full 32k 2-5% and 131k 3-5% faster, its 1k 2-6%, the Gemma 4 full layer 1-3%
-     * (bench/NOTES.md, CPU log row 49) */
-#if FDEC_CPU_PF_FORCED || !FDEC_CPU_PF_ONE_D
-    const uint32_t pf = c->pf_blocks;
-#else
-    const uint32_t pf = p->D >= FDEC_CPU_PF_ONE_D ? 1 : c->pf_blocks;
-#endif
-    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, pf};
+    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, pf_distance(c, p->D)};
     run_ctx r = {&a, c->chunk, s, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
                  (float *)(base + L.s)};
     if (s.num_chunks == 1) run_chunk(&r, 0, 1);

@@ -21,7 +21,7 @@ typedef struct {
     fdec_dtype kvt;
     const void *k, *v;
     const float *q;          /* [H][Dp] f32, pre-multiplied by scale, zero-padded */
-    uint32_t pf_blocks;      /* blocks ahead the kernel prefetches rows (>= 1): fdec_cpu_pf_blocks(), or 1 (cpu.c) */
+    uint32_t pf_blocks;      /* blocks ahead the kernel prefetches rows (>= 1): pf_distance (cpu.c) */
 } fdec_cpu_args;
 
 /* The prefetch distance in blocks for this machine: FDEC_CPU_PF_BLOCKS when the build sets it, otherwise 1 on Intel

@@ -25,8 +25,8 @@
 
 /* The padding row count of the score buffer. */
 #define NB FDEC_CPU_NB
-/* How many blocks ahead the rows are prefetched: a->pf_blocks, set per machine by cpu.c (fdec_cpu_pf_blocks), and 1
- * from head_dim 256 (FDEC_CPU_PF_ONE_D, cpu.c). */
+/* How many blocks ahead the rows are prefetched: a->pf_blocks, set per call by cpu.c (pf_distance: the machine's,
+ * fdec_cpu_pf_blocks, or 1 from head_dim FDEC_CPU_PF_ONE_D). */
 
 /* A chunk's first two blocks come before the loop's prefetch (which asks for block b + pf_blocks during block b)
  * can ask for them. 1: the first block's KV head g + 1 and the second block's head g are asked for while the first

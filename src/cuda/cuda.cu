@@ -48,10 +48,11 @@ extern "C" {
 /* 1: the decode kernel too is a programmatic dependent launch on sm_90 (cuda_decode): its blocks may be placed while
  * the kernel before it in the stream ends, and wait in fdec_grid_wait, before their first access to memory, until
  * that kernel has finished and its writes are visible. Behind flashdec's own merge, which lets it launch at its start
- * (FDEC_MERGE_TRIGGER, kernels.cuh), back to back calls (torch_peer, us): LFM2 1k 5.49 -> 4.76, Llama 1k 6.0 -> 5.8,
- * 4k 10.2 -> 9.45, the window 7.4 -> 6.8; behind a PyTorch add between the calls (an engine's own kernel, which
- * does not trigger): Llama 1k 6.96 -> 6.76, LFM2 1k 6.50 -> 6.34, the window 8.5 -> 8.4, nowhere slower
- * (bench/NOTES.md, CUDA log row 66; session 5's kernels had lost 0.3-0.6 us with it, row 21). */
+ * (FDEC_MERGE_TRIGGER, kernels.cuh), back to back calls (torch_peer, us): LFM2 1k 5.49 -> 4.76, 4k 7.4 -> 6.6,
+ * Llama 1k 5.93 -> 5.73-5.80, 4k 10.1-10.2 -> 9.4-9.6, the window 7.4 -> 6.7; `flashdec bench`: Llama 1k 5.5 -> 5.6,
+ * Gemma 4 full 4k 10.7 -> 10.9. Behind a PyTorch add between the calls (an engine's own kernel, which does not
+ * trigger): Llama 1k 6.96 -> 6.76, LFM2 1k 6.50 -> 6.34, the window 8.5 -> 8.4, 32k even (bench/NOTES.md, CUDA log
+ * row 66; session 5's kernels had lost 0.3-0.6 us with it, row 21). */
 #ifndef FDEC_CUDA_PDL_DECODE
 #define FDEC_CUDA_PDL_DECODE 1
 #endif

@@ -113,12 +113,10 @@ __device__ __forceinline__ void fdec_grid_wait() {
 #endif
 }
 /* Lets the next grid in the stream launch now (sm_90), so that a kernel launched after it as a programmatic
- * dependent (flashdec's next decode: FDEC_CUDA_PDL_DECODE, cuda.cu; or an engine's own kernel) has its blocks
- * resident and waiting in fdec_grid_wait when this grid ends, instead of launching then. The first act of the merges
- * of at most FDEC_MERGE_TRIGGER chunks (0: none). With the decode a programmatic dependent, back to back calls
- * (torch_peer, us): LFM2 1k 5.49 -> 4.76, 4k 7.3 -> 6.55, Llama 1k 6.0 -> 5.8, 4k 10.2 -> 9.45, the window 7.4 ->
- * 6.8; with the trigger in every merge the Gemma 4 full layer's 64-chunk merge made its 4k call slower (10.7 ->
- * 11.2), hence 32 (bench/NOTES.md, CUDA log row 66). */
+ * dependent (flashdec's next decode: FDEC_CUDA_PDL_DECODE, cuda.cu, whose comment has the figures; or an engine's own
+ * kernel) has its blocks resident and waiting in fdec_grid_wait when this grid ends, instead of launching then. The
+ * first act of the merges of at most FDEC_MERGE_TRIGGER chunks (0: none): with the trigger in every merge, the Gemma 4
+ * full layer's 64-chunk merge made its 4k call slower (10.7 -> 11.2 us; bench/NOTES.md, CUDA log row 66). */
 #ifndef FDEC_MERGE_TRIGGER
 #define FDEC_MERGE_TRIGGER 32
 #endif

@@ -15,7 +15,8 @@
  * 1 GiB cudaMemcpy (read + write) is measured in the same run.
  *
  *   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o gpu_read bench/micro/gpu_read.cu && ./gpu_read
- *   ./gpu_read short     (short calls read by a few blocks: short_cases) */
+ *   ./gpu_read short     (short calls read by a few blocks: short_cases)
+ *   ./gpu_read floor     (the fastest plain read of each preset's K/V bytes, back to back: floor_cases) */
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -223,6 +224,57 @@ static void short_cases(unsigned char *k, unsigned char *v, size_t maxb, unsigne
                     }
 }
 
+/* `gpu_read floor`: the least time any kernel can take to read a call's K/V bytes once on this GPU, for #4's targets at
+ * 32k (4.0 TB/s) and the short calls: each preset's bytes (1k to 131k positions, and the Gemma 4 sliding window of
+ * 1024) as one contiguous range read by k_ldg (16-byte streaming loads, grid-stride, 4 loads in flight a thread;
+ * blocks of 256 to 1024 threads, 1 to 8 a multiprocessor: the best of them is printed), 32 launches a CUDA graph
+ * (median of 7 replays, as the library's calls are timed), each launch on another copy of the bytes in a 2 GiB pool so
+ * that every read comes from HBM; "empty" is the same launch with nothing to read. No attention, no merge, no
+ * scatter of rows: a lower bound for a decode call, not a kernel design. */
+static void floor_cases(int sms, unsigned *sink) {
+    const size_t pool = (size_t)2 << 30;
+    unsigned char *x;
+    CK(cudaMalloc(&x, pool));
+    CK(cudaMemset(x, 5, pool));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    const int NL = 32;
+    struct P { const char *name; int G, D; } presets[] = {{"llama3-8b", 8, 128}, {"lfm2", 8, 64},
+                                                         {"gemma4-sliding-full", 8, 256}, {"gemma4-full", 2, 512}};
+    printf("%-20s %7s %10s %8s %8s %6s %6s %8s\n", "shape", "context", "KV MB", "us", "empty", "thr", "bps", "TB/s");
+    auto run = [&](const char *name, long long L, int G, int D) {
+        const size_t bytes = (size_t)L * G * D * 2 * 2, ncopy = std::min<size_t>(NL, pool / bytes);
+        float best = 1e30f, best_empty = 0;
+        int bt = 0, bb = 0;
+        for (int thr : {256, 512, 1024})
+            for (int bps : {1, 2, 4, 8}) {
+                if (thr * bps > 2048) continue;
+                float res[2];
+                for (int empty = 0; empty < 2; empty++) {
+                    cudaGraph_t gr;
+                    cudaGraphExec_t ge;
+                    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+                    for (int i = 0; i < NL; i++)
+                        k_ldg<<<sms * bps, thr, 0, st>>>((const uint4 *)(x + (i % ncopy) * bytes), empty ? 0 : bytes / 16,
+                                                         sink);
+                    CK(cudaStreamEndCapture(st, &gr));
+                    CK(cudaGraphInstantiate(&ge, gr, 0));
+                    res[empty] = graph_median_us(ge, st, NL, 7);
+                    CK(cudaGraphExecDestroy(ge));
+                    CK(cudaGraphDestroy(gr));
+                }
+                if (res[0] < best) best = res[0], best_empty = res[1], bt = thr, bb = bps;
+            }
+        printf("%-20s %7lld %10.1f %8.2f %8.2f %6d %6d %8.3f\n", name, L, bytes / 1e6, best, best_empty, bt, bb,
+               bytes / best / 1e6);
+        fflush(stdout);
+    };
+    for (const P &p : presets)
+        for (long long L : {1024LL, 4096LL, 32768LL, 131072LL}) run(p.name, L, p.G, p.D);
+    run("gemma4-sliding w1024", 1024, 8, 256);
+    CK(cudaFree(x));
+}
+
 int main(int argc, char **argv) {
     int dev = 0;
     CK(cudaSetDevice(dev));
@@ -241,6 +293,12 @@ int main(int argc, char **argv) {
     CK(cudaMemset(v, 2, maxb));
     if (argc > 1 && !strcmp(argv[1], "short")) {
         short_cases(k, v, maxb, sink);
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "floor")) {
+        CK(cudaFree(k));
+        CK(cudaFree(v));
+        floor_cases(sms, sink);
         return 0;
     }
     cudaEvent_t e0, e1;

@@ -32,9 +32,10 @@ CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,cod
 # The K/V copies' L2 evict-first policy (FDEC_CP_EVICT_FIRST, src/cuda/kernels.cuh; 0.1-1.8 us a call on the H200) only
 # with the CUDA compilers the kernels were checked with on a GPU: the ptxas of CUDA 13 can drop the policy's
 # `createpolicy`, and a kernel that it does that to traps with an illegal instruction (bench/NOTES.md, CUDA log row 63).
+# Checked: 13.0 (the shipped kernels), 13.5 (its ptxas has the fix; the whole CUDA sweep on an H200, CUDA log row 69).
 # CUDA_L2_POLICY=1 or 0 decides it by hand; run `make test-cuda` on a GPU after turning it on for another compiler.
 NVCC_RELEASE   := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
-CUDA_L2_POLICY_CHECKED := 13.0
+CUDA_L2_POLICY_CHECKED := 13.0 13.5
 CUDA_L2_POLICY ?= $(if $(filter $(CUDA_L2_POLICY_CHECKED),$(NVCC_RELEASE)),1,0)
 NVFLAGS   := -O3 -std=c++17 -Xcompiler -fPIC -Iinclude $(CUDA_GENCODE) -lineinfo -Xfatbin -compress-all \
              -DFDEC_CP_EVICT_FIRST=$(CUDA_L2_POLICY)

@@ -207,9 +207,9 @@ constexpr size_t fdec_pipe_bytes() {
  * two unrelated changes to the decode block's tail did, in the head_dim 128 kernel's long-chunk calls, also with the
  * policy passed in as a kernel parameter (CUDA log rows 61-63). After any change to the kernels run `make test-cuda`:
  * its CUDA graph test and long calls trap at once. Without the policy every preset is 0.1-1.8 us a call slower.
- * The Makefile sets it: 1 only with the CUDA release the kernels were checked with (CUDA_L2_POLICY). And only the
- * sm_90 code takes it: the sm_80 code (A100, and the sm_86 / sm_89 cards that run it) has never run on a GPU here, so
- * it has no policy rather than an unchecked one. */
+ * The Makefile sets it: 1 only with the CUDA releases the kernels were checked with (CUDA_L2_POLICY: 13.0, 13.5; rows
+ * 68-69). And only the sm_90 code takes it: the sm_80 code (A100, and the sm_86 / sm_89 cards that run it) has never
+ * run on a GPU here, so it has no policy rather than an unchecked one. */
 #ifndef FDEC_CP_EVICT_FIRST
 #define FDEC_CP_EVICT_FIRST 1
 #endif

@@ -224,8 +224,8 @@ static void short_cases(unsigned char *k, unsigned char *v, size_t maxb, unsigne
                     }
 }
 
-/* `gpu_read floor`: the least time any kernel can take to read a call's K/V bytes once on this GPU, for #4's targets at
- * 32k (4.0 TB/s) and the short calls: each preset's bytes (1k to 131k positions, and the Gemma 4 sliding window of
+/* `gpu_read floor`: about the least time a kernel can take to read a call's K/V bytes once on this GPU (the fastest of
+ * the plain reads below), for #4's targets at 32k (4.0 TB/s) and the short calls: each preset's bytes (1k to 131k positions, and the Gemma 4 sliding window of
  * 1024) as one contiguous range read by k_ldg (16-byte streaming loads, grid-stride, 4 loads in flight a thread;
  * blocks of 256 to 1024 threads, 1 to 8 a multiprocessor: the best of them is printed), 32 launches a CUDA graph
  * (median of 7 replays, as the library's calls are timed), each launch on another copy of the bytes in a 2 GiB pool so
@@ -272,6 +272,7 @@ static void floor_cases(int sms, unsigned *sink) {
     for (const P &p : presets)
         for (long long L : {1024LL, 4096LL, 32768LL, 131072LL}) run(p.name, L, p.G, p.D);
     run("gemma4-sliding w1024", 1024, 8, 256);
+    CK(cudaStreamDestroy(st));
     CK(cudaFree(x));
 }
 

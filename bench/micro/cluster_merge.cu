@@ -126,16 +126,7 @@ __global__ void __launch_bounds__(THREADS) dec_cluster(const P p) {
 }
 
 static float graph_time(cudaStream_t s, void (*call)(cudaStream_t, const P &), const P &p) {
-    cudaGraph_t gr;
-    cudaGraphExec_t ex;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < 200; i++) call(s, p);
-    CK(cudaStreamEndCapture(s, &gr));
-    CK(cudaGraphInstantiate(&ex, gr, 0));
-    const float us = graph_median_us(ex, s, 200, 15);
-    CK(cudaGraphExecDestroy(ex));
-    CK(cudaGraphDestroy(gr));
-    return us;
+    return captured_median_us(s, 200, 15, [&](int) { call(s, p); });
 }
 
 static size_t g_dyn;

@@ -198,24 +198,15 @@ static void short_cases(unsigned char *k, unsigned char *v, size_t maxb, unsigne
                         const int thr = 128, blocks = nc * G;
                         const size_t smem = (size_t)S * 2 * P * RB;
                         float res[2];
-                        for (int empty = 0; empty < 2; empty++) {
-                            cudaGraph_t gr;
-                            cudaGraphExec_t ge;
-                            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-                            for (int i = 0; i < NL; i++) {
+                        for (int empty = 0; empty < 2; empty++)
+                            res[empty] = captured_median_us(st, NL, 7, [&](int i) {
                                 const size_t off = (size_t)(i % ncopy) * cache;
                                 /* bulkbig reads the head-major layout (a head's rows contiguous), the others the dense one */
                                 const Args a{k + off, v + off, sink, empty ? 0 : L, G, RB, mode == BULKBIG, nc, P, S, 0};
                                 if (mode == CPASYNC) k_ring<CPASYNC><<<blocks, thr, smem, st>>>(a);
                                 else if (mode == BULKBIG) k_ring<BULKBIG><<<blocks, thr, smem, st>>>(a);
                                 else k_ring<BULKROW><<<blocks, thr, smem, st>>>(a);
-                            }
-                            CK(cudaStreamEndCapture(st, &gr));
-                            CK(cudaGraphInstantiate(&ge, gr, 0));
-                            res[empty] = graph_median_us(ge, st, NL, 7);
-                            CK(cudaGraphExecDestroy(ge));
-                            CK(cudaGraphDestroy(gr));
-                        }
+                            });
                         const double blk_bytes = 2.0 * (double)cache / blocks;
                         printf("%-8s %4d %5lld %3d %6d %4d %2d %4d %8.2f %8.2f %9.1f %9.3f\n", mode_name[mode], RB, L, nc,
                                blocks, P, S, thr, res[0], res[1], blk_bytes / (res[0] - res[1]) / 1e3,
@@ -250,19 +241,11 @@ static void floor_cases(int sms, unsigned *sink) {
             for (int bps : {1, 2, 4, 8}) {
                 if (thr * bps > 2048) continue;
                 float res[2];
-                for (int empty = 0; empty < 2; empty++) {
-                    cudaGraph_t gr;
-                    cudaGraphExec_t ge;
-                    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-                    for (int i = 0; i < NL; i++)
+                for (int empty = 0; empty < 2; empty++)
+                    res[empty] = captured_median_us(st, NL, 7, [&](int i) {
                         k_ldg<<<sms * bps, thr, 0, st>>>((const uint4 *)(x + (i % ncopy) * bytes), empty ? 0 : bytes / 16,
                                                          sink);
-                    CK(cudaStreamEndCapture(st, &gr));
-                    CK(cudaGraphInstantiate(&ge, gr, 0));
-                    res[empty] = graph_median_us(ge, st, NL, 7);
-                    CK(cudaGraphExecDestroy(ge));
-                    CK(cudaGraphDestroy(gr));
-                }
+                    });
                 if (res[0] < best) best = res[0], best_empty = res[1], bt = thr, bb = bps;
             }
         printf("%-20s %7lld %10.1f %8.2f %8.2f %6d %6d %8.3f\n", name, L, bytes / 1e6, best, best_empty, bt, bb,

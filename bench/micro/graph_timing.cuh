@@ -1,6 +1,6 @@
 /* graph_timing.cuh — what the CUDA micro-benchmarks here (gpu_read.cu, cluster_merge.cu) share: a CUDA call check
- * that stops with CUDA's message, and the timing of an instantiated CUDA graph the way the library's calls are timed
- * (CUDA-graph replays, the median). Included from the same folder, so each benchmark still builds with one nvcc. */
+ * that stops with CUDA's message, and the timing of a run of launches captured as one CUDA graph, the way the library's
+ * calls are timed (CUDA-graph replays, the median). Included from the same folder, so each benchmark still builds with one nvcc. */
 #pragma once
 #include <cuda_runtime.h>
 
@@ -39,4 +39,20 @@ static float graph_median_us(cudaGraphExec_t ge, cudaStream_t s, int calls, int 
     CK(cudaEventDestroy(b));
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
+}
+
+/* us a call of the `calls` calls that launch(i) makes on s for i = 0 .. calls - 1, captured as one CUDA graph and timed
+ * by graph_median_us (`reps` replays) */
+template <class F>
+static float captured_median_us(cudaStream_t s, int calls, int reps, F launch) {
+    cudaGraph_t gr;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < calls; i++) launch(i);
+    CK(cudaStreamEndCapture(s, &gr));
+    CK(cudaGraphInstantiate(&ge, gr, 0));
+    const float us = graph_median_us(ge, s, calls, reps);
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(gr));
+    return us;
 }

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -683,6 +684,112 @@ static void test_determinism_threads(void) {
     fd_problem_free(&pr);
 }
 
+/* ---- 5b. work stealing (cpu.c): each chunk in its own state, so the same bytes whoever runs which part ---- */
+
+/* Runs the tasks on the caller and on a second thread that starts late (a few hundred microseconds, so the caller runs
+ * out of its own run first and steals from the other's), both taking task numbers from a shared counter in reverse
+ * order. */
+typedef struct {
+    fdec_task_fn fn;
+    void *task;
+    uint32_t n;
+    _Atomic uint32_t next;
+} racing_job;
+
+static void racing_take(racing_job *j) {
+    for (uint32_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) j->fn(j->task, j->n - 1 - i, j->n);
+}
+static void *racing_late(void *x) {
+    const double t0 = fd_now();
+    while (fd_now() - t0 < 3e-4) {
+    }
+    racing_take(x);
+    return NULL;
+}
+static void racing_for(void *user, fdec_task_fn fn, void *task, uint32_t n) {
+    (*(int *)user)++;
+    racing_job j = {fn, task, n, 0};
+    pthread_t t;
+    int started = pthread_create(&t, NULL, racing_late, &j) == 0;
+    racing_take(&j);
+    if (started) pthread_join(t, NULL);
+}
+
+/* The output bytes of ctx on pr (poisoned first, guards checked) and its error against ref. */
+static double stealing_run(fdec_context *ctx, const char *who, const fd_problem *pr, const double *ref,
+                           unsigned char *bytes) {
+    outbuf b;
+    outbuf_init(&b, &pr->p);
+    inputs in;
+    inputs_make(&in, pr);
+    char desc[256];
+    fdec_status st = decode_into(ctx, pr, &in, &b, 1);
+    double err = st == FDEC_OK ? fd_out_error(pr, b.out, ref) : INFINITY;
+    check(st == FDEC_OK && guards_ok(&b) && err <= fd_tolerance(pr), "%s: %s: status %s, err %.3g (tol %.3g), guards %s",
+          who, describe(pr, desc, sizeof desc), fdec_status_string(st), err, fd_tolerance(pr),
+          guards_ok(&b) ? "ok" : "WRITTEN");
+    memcpy(bytes, b.out, b.out_bytes);
+    inputs_free(&in);
+    outbuf_free(&b);
+    return err;
+}
+
+static void test_work_stealing(void) {
+    /* 3 threads (runs of uneven length) through the pool, a caller's serial loop in reverse order (the last task works
+     * through its own run and then takes every other run's chunks before their tasks start) and racing_for */
+    int calls = 0;
+    fdec_options o = fdec_default_options();
+    o.threads = 3;
+    fdec_context *pool, *rev, *race;
+    fdec_context_create(FDEC_BACKEND_CPU, &o, &pool);
+    o.parallel_for = serial_for;
+    o.parallel_user = &calls;
+    fdec_context_create(FDEC_BACKEND_CPU, &o, &rev);
+    o.parallel_for = racing_for;
+    fdec_context_create(FDEC_BACKEND_CPU, &o, &race);
+    fd_rng r = {0x57ea1};
+    int cases = 0, same = 0, multi = 0;
+    double worst = 0;
+    for (int i = 0; i < 42; i++) {
+        fdec_layer L;
+        uint32_t seq_len;
+        fd_layout layout = FD_DENSE;
+        if (i < 40) fd_random_config(&r, &L, &seq_len, &layout);
+        else if (i == 40) /* 64 MiB of K/V or more: 8 chunks a thread (cpu.c, FDEC_CPU_STEAL_CHUNKS), LFM2's geometry */
+            L = layer_of(64, 32, 8, 0, 0, FDEC_F16, 0), seq_len = 65536;
+        else /* and an odd head_dim in a bf16 ring wrapped three times, a window of 50,000 */
+            L = layer_of(100, 12, 4, 50000, 50037, FDEC_BF16, 0), seq_len = 3 * 50037 + 12345;
+        fd_problem pr;
+        if (fd_problem_make(&pr, &L, seq_len, layout, 1.0f, &r)) {
+            check(0, "work stealing config %d could not be built: %s", i, fdec_last_error());
+            continue;
+        }
+        fdec_plan_info info;
+        fdec_plan(pool, &L, seq_len, &info);
+        multi += info.num_chunks > 3;
+        double *ref = malloc(sizeof(double) * pr.p.H * pr.p.D), *ref_lse = malloc(sizeof(double) * pr.p.H);
+        fd_reference(&pr, ref, ref_lse);
+        const size_t ob = (size_t)pr.p.H * pr.p.D * fdec_dtype_size(pr.p.ot);
+        unsigned char *a = malloc(ob), *b = malloc(ob), *c = malloc(ob);
+        double e = fmax(stealing_run(pool, "pool/3t", &pr, ref, a), stealing_run(rev, "reverse/3t", &pr, ref, b));
+        e = fmax(e, stealing_run(race, "racing/3t", &pr, ref, c));
+        if (e / fd_tolerance(&pr) > worst) worst = e / fd_tolerance(&pr);
+        char desc[256];
+        const int ok = !memcmp(a, b, ob) && !memcmp(a, c, ob);
+        check(ok, "work stealing: %s: pool, reverse and racing runs must give the same bytes", describe(&pr, desc, sizeof desc));
+        same += ok;
+        cases++;
+        free(a), free(b), free(c), free(ref), free(ref_lse);
+        fd_problem_free(&pr);
+    }
+    check(multi >= 2, "work stealing: %d of %d configurations have more chunks than threads", multi, cases);
+    printf("work stealing: %d configurations (%d with more chunks than threads), %d the same bytes on 3 schedules, worst "
+           "error %.2f of tolerance\n", cases, multi, same, worst);
+    fdec_context_destroy(pool);
+    fdec_context_destroy(rev);
+    fdec_context_destroy(race);
+}
+
 /* One context used by two threads at once: a call made while the other thread's runs is refused with a clear
  * status (FDEC_EBACKEND, "busy"), never a race. Each thread makes 50 calls, retrying a refused one until it runs,
  * so every call runs in the end and the last result of each thread is checked against the reference. (Counting
@@ -983,6 +1090,7 @@ int main(int argc, char **argv) {
         test_cuda_reserve_bound();
     } else {
         test_determinism_threads();
+        test_work_stealing();
         test_concurrency();
     }
     test_sweep(pc, npc, configs, seed);

@@ -2,20 +2,22 @@
  * split-KV chunk per task (kern.h) and merges the chunks' partial states (state.h) into out and lse. */
 #include "cpu.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* Chunks per thread for calls that read at least LONG_CALL_BYTES: more than one, so that a thread slowed by
- * other work on a shared machine does not hold up the call (tasks are taken dynamically); each chunk costs one
- * partial state, H x head_dim floats. Shorter calls take one chunk per thread: every chunk starts with a burst
- * of prefetches for its first block, and below 128 MiB one chunk a thread measured 10-30% faster (window 1024:
- * 372 -> 300 us, Llama 4k 653 -> 583 us), while at 512 MiB four were 10% faster for the Gemma 4 full layer
- * (bench/NOTES.md, CPU row 18). */
-#define CHUNKS_PER_THREAD 4
+/* Chunks a thread for calls that read at least LONG_CALL_BYTES: more than one, dealt to the threads as runs with
+ * work stealing (below), so that a thread slowed by other work on a shared machine does not hold up the call; each
+ * chunk costs one partial state, H x head_dim floats, and its share of the merge. Shorter calls take one chunk a thread
+ * (10-30% faster than four below 128 MiB when every chunk began cold: bench/NOTES.md, CPU row 18). 8 a thread from
+ * 64 MiB, paired from DRAM against session 23's rule (one a thread below 128 MiB, four from there, no stealing):
+ * LFM2 32k 9-14% faster, Llama-3-8B 32k 4-6%, 16k 3-12%, LFM2 and Llama-3-8B 131k 3-13%, the Gemma 4 layers 0-2%;
+ * 16 or 32 a thread were slower than 8 for LFM2 32k, and 8 a thread from 16 MiB slower at 4k (CPU row 52). */
+#define CHUNKS_PER_THREAD 8
 #ifndef FDEC_CPU_LONG_CALL_MB
-#define FDEC_CPU_LONG_CALL_MB 128
+#define FDEC_CPU_LONG_CALL_MB 64
 #endif
 #define LONG_CALL_BYTES ((size_t)FDEC_CPU_LONG_CALL_MB << 20)
 /* Head_dim from which the rows are prefetched one block ahead rather than fdec_cpu_pf_blocks() (0: never; pf_distance).
@@ -25,6 +27,16 @@
 #endif
 /* Scratch bound on the split: 64 partial states. */
 #define MAX_CHUNKS 64
+/* Work stealing. A call's chunks are dealt to its threads as contiguous runs, one a thread. A thread works through
+ * its run chunk by chunk, asking for the next chunk's first rows while it finishes the one before (as within a
+ * chunk); when its run is used up it takes the back half of the largest run left and goes on there. Each chunk is
+ * still worked through by one thread into its own partial state, and the states are merged in chunk order, so the
+ * result does not depend on which thread took which chunk: the same bytes every call. Without it a call waits for its
+ * slowest thread: on this shared 2-vCPU machine the two threads of a call ended a median 7-14% of the call apart
+ * (bench/micro/pool_gap.c; bench/NOTES.md, CPU log row 52). 0: no stealing (each run stays with its thread). */
+#ifndef FDEC_CPU_STEAL
+#define FDEC_CPU_STEAL 1
+#endif
 /* A chunk should read at least this many bytes of K/V so that waking a thread for it pays off: 256 KiB takes
  * about 16 us at the 15-16 GB/s one thread reads K/V at here (make bench, 1 thread), several wake-ups' worth.
  * Chosen, not swept (bench/NOTES.md). */
@@ -159,7 +171,7 @@ static fdec_split cpu_split(const cpu_impl *c, const fdec_problem *p, uint32_t *
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
 typedef struct {
-    size_t q, m, l, o, s, total; /* byte offsets into the scratch */
+    size_t q, m, l, o, s, r, total; /* byte offsets into the scratch */
 } layout;
 
 static layout scratch_layout(const fdec_problem *p, uint32_t nc) {
@@ -170,7 +182,8 @@ static layout scratch_layout(const fdec_problem *p, uint32_t nc) {
     L.l = ALIGN64(L.m + (size_t)nc * p->H * F);
     L.o = ALIGN64(L.l + (size_t)nc * p->H * F);
     L.s = ALIGN64(L.o + (size_t)nc * p->H * Dp * F);
-    L.total = ALIGN64(L.s + (size_t)nc * p->H * FDEC_CPU_NB * F);
+    L.r = ALIGN64(L.s + (size_t)nc * p->H * FDEC_CPU_NB * F);
+    L.total = L.r + (size_t)nc * 64; /* at most one run word (64 bytes) a chunk */
     return L;
 }
 
@@ -186,21 +199,82 @@ static fdec_status ensure_scratch(cpu_impl *c, size_t bytes) {
 
 /* ---- one call ---- */
 
+/* A run of chunks [front, back) in one word (front << 32 | back): its thread moves the front, a thief the back. One
+ * a cache line, so that two threads' claims do not share one. */
+typedef struct {
+    _Atomic uint64_t w;
+    char pad[64 - sizeof(uint64_t)];
+} run_word;
+
 typedef struct {
     const fdec_cpu_args *a;
     fdec_cpu_chunk_fn chunk;
     fdec_split s;
     float *m, *l, *o, *sT;
+    uint32_t runs;   /* tasks: one run of chunks each */
+    run_word *run;
 } run_ctx;
 
-static void run_chunk(void *arg, uint32_t i, uint32_t n) {
+static uint64_t chunk_start(const fdec_split *s, uint32_t c) { return (uint64_t)s->lo + (uint64_t)c * s->chunk_len; }
+static uint64_t chunk_end(const fdec_split *s, uint32_t c) {
+    const uint64_t e = chunk_start(s, c) + s->chunk_len;
+    return e < s->hi ? e : s->hi;
+}
+
+/* Chunk c into its partial state; the rows of the positions up to pf_end may be asked for ahead. */
+static void run_one(const run_ctx *r, uint32_t c, uint64_t pf_end, int ramp) {
+    const fdec_cpu_args *a = r->a;
+    const fdec_cpu_range rg = {chunk_start(&r->s, c), chunk_end(&r->s, c), pf_end, ramp};
+    r->chunk(a, &rg, r->m + (size_t)c * a->H, r->l + (size_t)c * a->H,
+             r->o + (size_t)c * a->H * fdec_cpu_padded_dim(a->D), r->sT + (size_t)c * a->H * FDEC_CPU_NB);
+}
+
+static uint64_t run_pack(uint64_t front, uint64_t back) { return front << 32 | back; }
+
+/* Moves the back half of the run with the most chunks left (rounded up: one of one) to run `self`. 0: none left. */
+static int steal(const run_ctx *r, uint32_t self) {
+    if (!FDEC_CPU_STEAL) return 0;
+    for (;;) {
+        uint32_t best = r->runs;
+        uint64_t bw = 0, most = 0;
+        for (uint32_t i = 0; i < r->runs; i++) {
+            const uint64_t w = atomic_load_explicit(&r->run[i].w, memory_order_relaxed);
+            const uint64_t f = w >> 32, b = w & 0xffffffffu;
+            if (i != self && b > f && b - f > most) best = i, bw = w, most = b - f;
+        }
+        if (best == r->runs) return 0;
+        const uint64_t b = bw & 0xffffffffu, take = (most + 1) / 2;
+        if (atomic_compare_exchange_strong_explicit(&r->run[best].w, &bw, run_pack(bw >> 32, b - take),
+                                                    memory_order_relaxed, memory_order_relaxed)) {
+            atomic_store_explicit(&r->run[self].w, run_pack(b - take, b), memory_order_relaxed);
+            return 1;
+        }
+    }
+}
+
+/* Task i: run i's chunks, front first, then whatever it can steal. Each chunk is claimed by moving its run's front
+ * past it; the rows asked for ahead reach to the end of the run as it stands. */
+static void run_task(void *arg, uint32_t i, uint32_t n) {
     (void)n;
     const run_ctx *r = arg;
-    const fdec_cpu_args *a = r->a;
-    uint64_t t0 = (uint64_t)r->s.lo + (uint64_t)i * r->s.chunk_len;
-    uint64_t t1 = t0 + r->s.chunk_len < r->s.hi ? t0 + r->s.chunk_len : r->s.hi;
-    r->chunk(a, t0, t1, r->m + (size_t)i * a->H, r->l + (size_t)i * a->H, r->o + (size_t)i * a->H * fdec_cpu_padded_dim(a->D),
-             r->sT + (size_t)i * a->H * FDEC_CPU_NB);
+    _Atomic uint64_t *me = &r->run[i].w;
+    uint64_t w = atomic_load_explicit(me, memory_order_relaxed);
+    uint32_t prev = UINT32_MAX;
+    for (;;) {
+        const uint64_t f = w >> 32, b = w & 0xffffffffu;
+        if (f >= b) {
+            if (!steal(r, i)) return;
+            w = atomic_load_explicit(me, memory_order_relaxed);
+            continue;
+        }
+        if (!atomic_compare_exchange_weak_explicit(me, &w, run_pack(f + 1, b), memory_order_relaxed,
+                                                   memory_order_relaxed))
+            continue; /* a thief moved the back: w holds the word now */
+        w = run_pack(f + 1, b);
+        run_one(r, (uint32_t)f, chunk_end(&r->s, (uint32_t)b - 1), prev + 1 != f);
+        prev = (uint32_t)f;
+        w = atomic_load_explicit(me, memory_order_relaxed);
+    }
 }
 
 /* dst[i] = src[i] * scale for n elements of type t (conversion loops with the type switch outside). */
@@ -307,12 +381,15 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
         for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
     }
     fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, pf_distance(c, p->D)};
+    const uint32_t nc = s.num_chunks, runs = c->threads < nc ? c->threads : nc;
     run_ctx r = {&a, c->chunk, s, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
-                 (float *)(base + L.s)};
-    if (s.num_chunks == 1) run_chunk(&r, 0, 1);
-    else if (c->pfor) c->pfor(c->puser, run_chunk, &r, s.num_chunks);
-    else fdec_pool_run(c->pool, run_chunk, &r, s.num_chunks);
-    merge(p, &r, s.num_chunks, out, lse);
+                 (float *)(base + L.s), runs, (run_word *)(base + L.r)};
+    for (uint32_t i = 0; i < runs; i++) /* run i: chunks [i nc / runs, (i + 1) nc / runs) */
+        atomic_init(&r.run[i].w, run_pack((uint64_t)i * nc / runs, (uint64_t)(i + 1) * nc / runs));
+    if (runs == 1) run_task(&r, 0, 1);
+    else if (c->pfor) c->pfor(c->puser, run_task, &r, runs);
+    else fdec_pool_run(c->pool, run_task, &r, runs);
+    merge(p, &r, nc, out, lse);
     return FDEC_OK;
 }
 

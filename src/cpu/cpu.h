@@ -29,14 +29,22 @@ typedef struct {
  * Intel Xeon (Emerald Rapids): 1 best, 5-9% faster than 2 from DRAM, 3 and 4 slower (CPU log row 36). */
 uint32_t fdec_cpu_pf_blocks(void);
 
-/* Partial state of all H heads over positions [t0, t1): m[H], l[H], o[H][Dp]. sT: H * NB floats of work (the scores
+/* A kernel call's positions [t0, t1). The rows it asks for ahead of use may run on to pf_end (>= t1): the positions
+ * the same thread goes on to next, whose first rows are then on their way when it gets there. ramp: the call starts
+ * cold (nothing of its first blocks asked for yet) and asks for them first. */
+typedef struct {
+    uint64_t t0, t1, pf_end;
+    int ramp;
+} fdec_cpu_range;
+
+/* Partial state of all H heads over the positions of r: m[H], l[H], o[H][Dp]. sT: H * NB floats of work (the scores
  * of a block, every KV head's with FDEC_CPU_ROWMAJOR, kern.h). */
-typedef void (*fdec_cpu_chunk_fn)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,
+typedef void (*fdec_cpu_chunk_fn)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *m, float *l, float *o,
                                   float *sT);
 
-void fdec_cpu_chunk_scalar(const fdec_cpu_args *, uint64_t, uint64_t, float *, float *, float *, float *);
-void fdec_cpu_chunk_avx2(const fdec_cpu_args *, uint64_t, uint64_t, float *, float *, float *, float *);
-void fdec_cpu_chunk_avx512(const fdec_cpu_args *, uint64_t, uint64_t, float *, float *, float *, float *);
+void fdec_cpu_chunk_scalar(const fdec_cpu_args *, const fdec_cpu_range *, float *, float *, float *, float *);
+void fdec_cpu_chunk_avx2(const fdec_cpu_args *, const fdec_cpu_range *, float *, float *, float *, float *);
+void fdec_cpu_chunk_avx512(const fdec_cpu_args *, const fdec_cpu_range *, float *, float *, float *, float *);
 
 /* pool.c: a fixed set of worker threads. run() calls fn(task, i, n) for i in [0, n) across the workers and
  * the calling thread and returns when all are done. */

@@ -286,8 +286,9 @@ ALWAYS_INLINE void qk_rowmajor(const char *kb, size_t rstride, size_t hstride, u
     }
 }
 
-ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,
+ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, float *m, float *l, float *o,
                               float *sT, const uint32_t D, const fdec_dtype T, const int rowmajor) {
+    const uint64_t t0 = rg->t0, t1 = rg->t1, pf_end = rg->pf_end;
     /* Dp from the compile-time D of the specialised copies: with the pitch a run-time value the fully unrolled
      * score tile of head_dim 64 kept its 32 q addresses on the stack under AVX2 (LFM2 in L3 on Zen 1
      * 1013 -> 998 us, bench/NOTES.md, CPU log row 40) */
@@ -298,31 +299,35 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
         l[h] = 0.0f;
         for (uint32_t d = 0; d < Dp; d++) o[(size_t)h * Dp + d] = 0.0f;
     }
-    /* block geometry: rows [row, row + nb) of positions [t, t + nb); a block never wraps around the ring */
-#define BLOCK_AT(t, row, nb)                                                                                    \
+    /* block geometry: rows [row, row + nb) of positions [t, t + nb) (t < end); a block never wraps around the ring */
+#define BLOCK_IN(t, end, row, nb)                                                                               \
     uint64_t row = a->ring ? (t) % a->ring : (t);                                                               \
-    uint64_t nb = t1 - (t) < NB ? t1 - (t) : NB;                                                                \
+    uint64_t nb = (end) - (t) < NB ? (end) - (t) : NB;                                                          \
     if (a->ring && a->ring - row < nb) nb = a->ring - row;
+#define BLOCK_AT(t, row, nb) BLOCK_IN(t, t1, row, nb)
     const char *kc = (const char *)a->k, *vc = (const char *)a->v;
     const size_t hb = D * es; /* bytes of one KV head's part of a row */
-    { /* the chunk's first block: all of it at once, or with FDEC_CPU_RAMP its first KV head */
+    if (t0 >= t1) return;
+    if (rg->ramp) { /* the chunk's first block: all of it at once, or with FDEC_CPU_RAMP its first KV head */
         BLOCK_AT(t0, row, nb)
         for (uint32_t g = 0; g < (FDEC_CPU_RAMP ? 1 : a->G); g++)
             prefetch_head(kc, vc, row * rstride + g * hstride, nb, rstride, hb);
     }
     for (uint64_t t = t0; t < t1;) {
         BLOCK_AT(t, row, nb)
-        const uint64_t tp = t + nb + (uint64_t)(a->pf_blocks - 1) * NB; /* the block to prefetch */
-        BLOCK_AT(tp, nrow, nnb)
-        if (tp >= t1) nnb = 0;
+        /* the block to prefetch, which may lie past t1 in the positions the thread goes on to (up to pf_end) */
+        const uint64_t tp = t + nb + (uint64_t)(a->pf_blocks - 1) * NB;
+        const uint64_t tpe = tp < pf_end ? pf_end : tp + 1;
+        BLOCK_IN(tp, tpe, nrow, nnb)
+        if (tp >= pf_end) nnb = 0;
         const char *kb = kc + row * rstride, *vb = vc + row * rstride;
         const char *kn = kc + nrow * rstride, *vn = vc + nrow * rstride;
 #if FDEC_CPU_PAGE_AHEAD
         { /* one line of every 4 KiB page of the block FDEC_CPU_PAGE_AHEAD blocks past the prefetched one: 4-7% faster
            * calls from DRAM at head_dim 64 and 128 (bench/NOTES.md, CPU log row 46) */
             const uint64_t tw = tp + (uint64_t)FDEC_CPU_PAGE_AHEAD * NB;
-            if (tw < t1) {
-                BLOCK_AT(tw, wrow, wnb)
+            if (tw < pf_end) {
+                BLOCK_IN(tw, pf_end, wrow, wnb)
                 const size_t span = wnb * rstride; /* bytes the block's rows of one KV head span */
                 /* heads apart (e.g. [head][pos][dim]): a span each; else (dense rows) one span holds every head */
                 const uint32_t ng = hstride >= span ? a->G : 1;
@@ -333,8 +338,8 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
             }
         }
 #endif
-        const int ramp = FDEC_CPU_RAMP && t == t0; /* the chunk's first block asks for the rest of itself and the
-                                                    * second block head by head */
+        const int ramp = FDEC_CPU_RAMP && rg->ramp && t == t0; /* a cold chunk's first block asks for the rest of
+                                                                 * itself and the second block head by head */
         uint64_t rrow = 0, rnb = 0;
         if (ramp && t + nb < t1) {
             BLOCK_AT(t + nb, r2, n2)
@@ -366,15 +371,16 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, 
         t += nb;
     }
 #undef BLOCK_AT
+#undef BLOCK_IN
 }
 
 /* The specialised copies: head_dim x K/V type x order (_rm: qk_rowmajor; its own copies, so that the head-by-head
  * copies compile as they did without it: sharing one function cost the Gemma 4 full layer 9%). head_dim 64 never
  * has 512-byte rows. */
 #define SPEC(Dc, Tc, RM, sfx)                                                                                   \
-    static void FN(chunk_##Dc##_##Tc##sfx)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, \
+    static void FN(chunk_##Dc##_##Tc##sfx)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *m, float *l, \
                                            float *o, float *sT) {                                               \
-        chunk_impl(a, t0, t1, m, l, o, sT, (Dc) ? (Dc) : a->D, FDEC_##Tc, RM);                                  \
+        chunk_impl(a, r, m, l, o, sT, (Dc) ? (Dc) : a->D, FDEC_##Tc, RM);                                       \
     }
 #define SPEC_T(Dc) SPEC(Dc, F16, 0, ) SPEC(Dc, BF16, 0, ) SPEC(Dc, F32, 0, )
 #define SPEC_RM(Dc) SPEC(Dc, F16, 1, _rm) SPEC(Dc, BF16, 1, _rm) SPEC(Dc, F32, 1, _rm)
@@ -393,7 +399,7 @@ SPEC_RM(256)
 SPEC_RM(512)
 #endif
 
-void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float *m, float *l, float *o,
+void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *m, float *l, float *o,
                         float *sT) {
 #define PICK1(Dc, sfx)                                                                                          \
     (a->kvt == FDEC_F16    ? FN(chunk_##Dc##_F16##sfx)                                                          \
@@ -420,5 +426,5 @@ void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, uint64_t t0, uint64_t t1, float 
     }
 #undef PICK
 #undef PICK1
-    f(a, t0, t1, m, l, o, sT);
+    f(a, r, m, l, o, sT);
 }

@@ -75,7 +75,9 @@ typedef struct {
 } fdec_layer;
 
 /* The work callback flashdec hands to a caller-supplied parallel-for: call fn(task, i, n) once for every
- * i in [0, n), in any order and on any threads, and return when all calls have returned. */
+ * i in [0, n), in any order and on any threads, and return when all calls have returned. The CPU backend's tasks
+ * share the call's work among themselves (a task that runs out takes over part of another's), so any schedule gives
+ * the same bytes; only tasks that run at the same time make the call faster. */
 typedef void (*fdec_task_fn)(void *task, uint32_t i, uint32_t n);
 typedef void (*fdec_parallel_for_fn)(void *user, fdec_task_fn fn, void *task, uint32_t n);
 
@@ -84,7 +86,7 @@ typedef struct {
     fdec_cpu_path cpu_path;         /* CPU: instruction-set path; FDEC_CPU_AUTO by default */
     fdec_parallel_for_fn parallel_for; /* CPU: if set, used instead of the internal thread pool, which is
                                           then not created; `threads` still sets how many tasks a call
-                                          is cut into */
+                                          is cut into (at most that many) */
     void *parallel_user;            /* passed to parallel_for as `user` */
     int cuda_device;                /* CUDA: device ordinal */
     void *cuda_stream;              /* CUDA: cudaStream_t to work on; NULL: the default stream */

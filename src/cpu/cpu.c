@@ -15,7 +15,10 @@
  * 64 MiB, paired from DRAM against session 23's rule (one a thread below 128 MiB, four from there, no stealing):
  * LFM2 32k 9-14% faster, Llama-3-8B 32k 4-6%, 16k 3-12%, LFM2 and Llama-3-8B 131k 3-13%, the Gemma 4 layers 0-2%;
  * 16 or 32 a thread were slower than 8 for LFM2 32k, and 8 a thread from 16 MiB slower at 4k (CPU row 52). */
-#define CHUNKS_PER_THREAD 8
+#ifndef FDEC_CPU_CHUNKS_PER_THREAD
+#define FDEC_CPU_CHUNKS_PER_THREAD 8
+#endif
+#define CHUNKS_PER_THREAD FDEC_CPU_CHUNKS_PER_THREAD
 #ifndef FDEC_CPU_LONG_CALL_MB
 #define FDEC_CPU_LONG_CALL_MB 64
 #endif

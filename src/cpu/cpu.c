@@ -263,7 +263,9 @@ static void run_task(void *arg, uint32_t i, uint32_t n) {
     const run_ctx *r = arg;
     _Atomic uint64_t *me = &r->run[i].w;
     uint64_t w = atomic_load_explicit(me, memory_order_relaxed);
-    uint64_t next = UINT64_MAX; /* the chunk after the last one this thread ran: it starts warm */
+    /* the chunk after the last one this thread ran, and the end of the rows asked for ahead then (a chunk index):
+     * that chunk starts warm if it lies within them */
+    uint64_t next = UINT64_MAX, asked = 0;
     for (;;) {
         const uint64_t f = w >> 32, b = w & 0xffffffffu;
         if (f >= b) {
@@ -274,8 +276,8 @@ static void run_task(void *arg, uint32_t i, uint32_t n) {
         if (!atomic_compare_exchange_weak_explicit(me, &w, run_pack(f + 1, b), memory_order_relaxed,
                                                    memory_order_relaxed))
             continue; /* a thief moved the back: w holds the word now */
-        run_one(r, (uint32_t)f, chunk_end(&r->s, (uint32_t)b - 1), f != next);
-        next = f + 1;
+        run_one(r, (uint32_t)f, chunk_end(&r->s, (uint32_t)b - 1), f != next || f >= asked);
+        next = f + 1, asked = b;
         w = atomic_load_explicit(me, memory_order_relaxed);
     }
 }

@@ -13,7 +13,7 @@
  * chunk costs one partial state, H x head_dim floats, and its share of the merge. Shorter calls take one chunk a thread
  * (10-30% faster than four below 128 MiB when every chunk began cold: bench/NOTES.md, CPU row 18). 8 a thread from
  * 64 MiB, paired from DRAM against session 23's rule (one a thread below 128 MiB, four from there, no stealing):
- * LFM2 32k 7-14% faster, Llama-3-8B 32k 4-15%, 16k 3-12%, LFM2 131k 5-17%, Llama-3-8B 131k 3-13%, the Gemma 4 layers 0-3%;
+ * LFM2 32k 7-14% faster, Llama-3-8B 32k 3-15%, 16k 3-12%, LFM2 131k 5-18%, Llama-3-8B 131k 3-13%, the Gemma 4 layers 0-7%;
  * 4, 16 or 32 a thread were slower than 8 for LFM2 32k and Llama-3-8B 32k, and 8 a thread from 16 MiB slower at 4k (CPU
  * row 52). */
 #ifndef FDEC_CPU_CHUNKS_PER_THREAD

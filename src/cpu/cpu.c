@@ -1,5 +1,6 @@
-/* cpu.c — the CPU backend: picks the instruction-set path, owns the thread pool and the scratch, runs one
- * split-KV chunk per task (kern.h) and merges the chunks' partial states (state.h) into out and lse. */
+/* cpu.c — the CPU backend: picks the instruction-set path, owns the thread pool and the scratch, runs the split-KV
+ * chunks (kern.h) as one run of chunks a task, with work stealing between the runs, and merges the chunks' partial
+ * states (state.h) into out and lse. */
 #include "cpu.h"
 
 #include <stdatomic.h>

@@ -97,9 +97,11 @@ typedef struct {
     uint32_t kv_start;     /* first attended position */
     uint32_t kv_end;       /* one past the last attended position (= seq_len) */
     uint32_t num_chunks;   /* split-KV chunks, merged by log-sum-exp */
-    uint32_t chunk_len;    /* positions per chunk (the last may be shorter); the CUDA tensor-core kernel at head_dim
-                            * 128, and at 512 where chunk_len is 1024 or more, gives a chunk every num_chunks-th step
-                            * of the range instead of one contiguous run, about as many positions */
+    uint32_t chunk_len;    /* positions per chunk (the last may be shorter); on the CPU, where a call has more chunks
+                            * than threads, the last chunk of each thread's share is cut into shorter ones, counted in
+                            * num_chunks; the CUDA tensor-core kernel at head_dim 128, and at 512 where chunk_len is
+                            * 1024 or more, gives a chunk every num_chunks-th step of the range instead of one
+                            * contiguous run, about as many positions */
     int grouped;           /* 1: each work item owns a KV head and all its Q heads (K/V read once) */
     size_t scratch_bytes;  /* scratch the context needs for this shape */
     const char *path;      /* kernel path: "scalar", "avx2", "avx512", "cuda-mma", "cuda-vec16", "cuda-generic" */

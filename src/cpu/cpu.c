@@ -30,8 +30,16 @@
 #ifndef FDEC_CPU_PF_ONE_D
 #define FDEC_CPU_PF_ONE_D 256
 #endif
-/* Scratch bound on the split: 64 partial states. */
+/* Scratch bound on the split: 64 chunks. */
 #define MAX_CHUNKS 64
+/* With several chunks a thread, the last chunk of each thread's run is cut into CUT_PARTS chunks (whole blocks), so
+ * that the end of a call is shared out in small pieces: with even chunks the two threads of a call still ended half a
+ * chunk apart (4-9% of the call), with the last cut in 4 1.5-1.8% (bench/NOTES.md, CPU log row 53). At most
+ * MAX_STATES partial states in all. */
+#ifndef FDEC_CPU_CUT_PARTS
+#define FDEC_CPU_CUT_PARTS 4
+#endif
+#define MAX_STATES (2 * MAX_CHUNKS)
 /* Work stealing. A call's chunks are dealt to its threads as contiguous runs, one a thread. A thread works through
  * its run chunk by chunk, asking for the next chunk's first rows while it finishes the one before (as within a
  * chunk); when its run is used up it takes the back half of the largest run left and goes on there. Each chunk is
@@ -192,6 +200,35 @@ static layout scratch_layout(const fdec_problem *p, uint32_t nc) {
     return L;
 }
 
+/* The chunks of a call split as s over `runs` threads' runs: run i takes the split's chunks [i n / runs, (i + 1) n /
+ * runs), its last one cut into FDEC_CPU_CUT_PARTS where there are more chunks than runs. Fills bound[0 .. count] (chunk
+ * c is [bound[c], bound[c + 1])) and first[0 .. runs] (run i is chunks [first[i], first[i + 1])) where not NULL;
+ * returns the count, at most MAX_STATES. */
+static uint32_t cut_chunks(const fdec_split *s, uint32_t runs, uint64_t *bound, uint32_t *first) {
+    const uint32_t n = s->num_chunks;
+    const int cut = FDEC_CPU_CUT_PARTS > 1 && n > runs && n + (FDEC_CPU_CUT_PARTS - 1) * runs <= MAX_STATES;
+    uint32_t nc = 0;
+    for (uint32_t i = 0; i < runs; i++) {
+        const uint32_t u0 = (uint32_t)((uint64_t)i * n / runs), u1 = (uint32_t)((uint64_t)(i + 1) * n / runs);
+        if (first) first[i] = nc;
+        for (uint32_t u = u0; u < u1; u++) {
+            const uint64_t a0 = (uint64_t)s->lo + (uint64_t)u * s->chunk_len, e = a0 + s->chunk_len;
+            const uint64_t a1 = e < s->hi ? e : s->hi;
+            const uint64_t part = (a1 - a0) / FDEC_CPU_CUT_PARTS / FDEC_CPU_NB * FDEC_CPU_NB;
+            const uint32_t parts = cut && u + 1 == u1 && part > 0 ? FDEC_CPU_CUT_PARTS : 1;
+            for (uint32_t g = 0; g < parts; g++, nc++)
+                if (bound) bound[nc] = a0 + g * part;
+        }
+    }
+    if (first) first[runs] = nc;
+    if (bound) bound[nc] = s->hi;
+    return nc;
+}
+
+static uint32_t call_runs(const cpu_impl *c, const fdec_split *s) {
+    return c->threads < s->num_chunks ? c->threads : s->num_chunks;
+}
+
 static fdec_status ensure_scratch(cpu_impl *c, size_t bytes) {
     if (bytes <= c->cap) return FDEC_OK;
     void *s = NULL;
@@ -218,25 +255,21 @@ typedef struct {
     float *m, *l, *o, *sT;
     uint32_t runs;   /* tasks: one run of chunks each */
     run_word *run;
+    const uint64_t *bound; /* chunk c is positions [bound[c], bound[c + 1]) */
 } run_ctx;
-
-static uint64_t chunk_start(const fdec_split *s, uint32_t c) { return (uint64_t)s->lo + (uint64_t)c * s->chunk_len; }
-static uint64_t chunk_end(const fdec_split *s, uint32_t c) {
-    const uint64_t e = chunk_start(s, c) + s->chunk_len;
-    return e < s->hi ? e : s->hi;
-}
 
 /* Chunk c into its partial state; the rows of the positions up to pf_end may be asked for ahead. */
 static void run_one(const run_ctx *r, uint32_t c, uint64_t pf_end, int ramp) {
     const fdec_cpu_args *a = r->a;
-    const fdec_cpu_range rg = {chunk_start(&r->s, c), chunk_end(&r->s, c), pf_end, ramp};
+    const fdec_cpu_range rg = {r->bound[c], r->bound[c + 1], pf_end, ramp};
     r->chunk(a, &rg, r->m + (size_t)c * a->H, r->l + (size_t)c * a->H,
              r->o + (size_t)c * a->H * fdec_cpu_padded_dim(a->D), r->sT + (size_t)c * a->H * FDEC_CPU_NB);
 }
 
 static uint64_t run_pack(uint64_t front, uint64_t back) { return front << 32 | back; }
 
-/* Moves the back half of the run with the most chunks left (rounded up: one of one) to run `self`. 0: none left. */
+/* Moves the back of the run with the most positions left to run `self`: the last chunks that hold at most half of
+ * them, at least one. 0: none left. */
 static int steal(const run_ctx *r, uint32_t self) {
     if (!FDEC_CPU_STEAL) return 0;
     for (;;) {
@@ -245,10 +278,12 @@ static int steal(const run_ctx *r, uint32_t self) {
         for (uint32_t i = 0; i < r->runs; i++) {
             const uint64_t w = atomic_load_explicit(&r->run[i].w, memory_order_relaxed);
             const uint64_t f = w >> 32, b = w & 0xffffffffu;
-            if (i != self && b > f && b - f > most) best = i, bw = w, most = b - f;
+            if (i != self && b > f && r->bound[b] - r->bound[f] > most) best = i, bw = w, most = r->bound[b] - r->bound[f];
         }
         if (best == r->runs) return 0;
-        const uint64_t b = bw & 0xffffffffu, take = (most + 1) / 2;
+        const uint64_t b = bw & 0xffffffffu, f = bw >> 32;
+        uint64_t take = 1;
+        while (b - take > f && 2 * (r->bound[b] - r->bound[b - take - 1]) <= most) take++;
         if (atomic_compare_exchange_strong_explicit(&r->run[best].w, &bw, run_pack(bw >> 32, b - take),
                                                     memory_order_relaxed, memory_order_relaxed)) {
             atomic_store_explicit(&r->run[self].w, run_pack(b - take, b), memory_order_relaxed);
@@ -277,7 +312,7 @@ static void run_task(void *arg, uint32_t i, uint32_t n) {
         if (!atomic_compare_exchange_weak_explicit(me, &w, run_pack(f + 1, b), memory_order_relaxed,
                                                    memory_order_relaxed))
             continue; /* a thief moved the back: w holds the word now */
-        run_one(r, (uint32_t)f, chunk_end(&r->s, (uint32_t)b - 1), f != next || f >= asked);
+        run_one(r, (uint32_t)f, r->bound[b], f != next || f >= asked);
         next = f + 1, asked = b;
         w = atomic_load_explicit(me, memory_order_relaxed);
     }
@@ -327,7 +362,7 @@ static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec
 static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *out, float *lse) {
     const size_t Dp = fdec_cpu_padded_dim(p->D), es = fdec_dtype_size(p->ot);
     for (uint32_t h = 0; h < p->H; h++) {
-        float w[MAX_CHUNKS], L;
+        float w[MAX_STATES], L;
         const float M = fdec_merge_weights(nc, r->m + h, p->H, r->l + h, p->H, w, &L);
         float *acc = r->o + (size_t)h * Dp;
         for (uint32_t d = 0; d < p->D; d++) acc[d] *= w[0];
@@ -368,14 +403,19 @@ static fdec_status cpu_reserve(void *impl, const fdec_problem *p) {
     cpu_impl *c = impl;
     uint32_t most = 0;
     cpu_split(c, p, &most);
-    return ensure_scratch(c, scratch_layout(p, most).total);
+    /* a call of n <= most chunks keeps n states, or n + (CUT_PARTS - 1) runs with runs <= min(threads, n) (cut_chunks) */
+    uint32_t states = most + (FDEC_CPU_CUT_PARTS - 1) * (c->threads < most ? c->threads : most);
+    return ensure_scratch(c, scratch_layout(p, states < MAX_STATES ? states : MAX_STATES).total);
 }
 
 static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
                               void *out, float *lse) {
     cpu_impl *c = impl;
     fdec_split s = cpu_split(c, p, NULL);
-    layout L = scratch_layout(p, s.num_chunks);
+    uint64_t bound[MAX_STATES + 1];
+    uint32_t first[MAX_CHUNKS + 1];
+    const uint32_t runs = call_runs(c, &s), nc = cut_chunks(&s, runs, bound, first);
+    layout L = scratch_layout(p, nc);
     fdec_status st = ensure_scratch(c, L.total);
     if (st) return st;
     char *base = c->scratch;
@@ -387,11 +427,9 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
         for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
     }
     fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, pf_distance(c, p->D)};
-    const uint32_t nc = s.num_chunks, runs = c->threads < nc ? c->threads : nc;
     run_ctx r = {&a, c->chunk, s, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
-                 (float *)(base + L.s), runs, (run_word *)(base + L.r)};
-    for (uint32_t i = 0; i < runs; i++) /* run i: chunks [i nc / runs, (i + 1) nc / runs) */
-        atomic_init(&r.run[i].w, run_pack((uint64_t)i * nc / runs, (uint64_t)(i + 1) * nc / runs));
+                 (float *)(base + L.s), runs, (run_word *)(base + L.r), bound};
+    for (uint32_t i = 0; i < runs; i++) atomic_init(&r.run[i].w, run_pack(first[i], first[i + 1]));
     if (runs == 1) run_task(&r, 0, 1);
     else if (c->pfor) c->pfor(c->puser, run_task, &r, runs);
     else fdec_pool_run(c->pool, run_task, &r, runs);
@@ -404,10 +442,11 @@ static void cpu_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     fdec_split s = cpu_split(c, p, NULL);
     info->kv_start = s.lo;
     info->kv_end = s.hi;
-    info->num_chunks = s.num_chunks;
-    info->chunk_len = s.chunk_len;
+    const uint32_t nc = cut_chunks(&s, call_runs(c, &s), NULL, NULL);
+    info->num_chunks = nc;
+    info->chunk_len = s.chunk_len; /* the longest; the cut ones are shorter (cut_chunks) */
     info->grouped = 1;
-    info->scratch_bytes = scratch_layout(p, s.num_chunks).total;
+    info->scratch_bytes = scratch_layout(p, nc).total;
     info->path = fdec_cpu_path_name(c->path);
 }
 

@@ -42,11 +42,12 @@
 #define MAX_STATES (2 * MAX_CHUNKS)
 /* Work stealing. A call's chunks are dealt to its threads as contiguous runs, one a thread. A thread works through
  * its run chunk by chunk, asking for the next chunk's first rows while it finishes the one before (as within a
- * chunk); when its run is used up it takes the back half of the largest run left and goes on there. Each chunk is
- * still worked through by one thread into its own partial state, and the states are merged in chunk order, so the
- * result does not depend on which thread took which chunk: the same bytes every call. Without it a call waits for its
- * slowest thread: on this shared 2-vCPU machine the two threads of a call ended a median 7-14% of the call apart
- * (bench/micro/pool_gap.c; bench/NOTES.md, CPU log row 52). 0: no stealing (each run stays with its thread). */
+ * chunk); when its run is used up it takes the back half (by positions, in whole chunks) of the run with the most
+ * positions left and goes on there. Each chunk is still worked through by one thread into its own partial state, and
+ * the states are merged in chunk order, so the result does not depend on which thread took which chunk: the same bytes
+ * every call. Without it a call waits for its slowest thread: on this shared 2-vCPU machine the two threads of a call
+ * ended a median 7-14% of the call apart (bench/micro/pool_gap.c; bench/NOTES.md, CPU log rows 52 and 53). 0: no
+ * stealing (each run stays with its thread). */
 #ifndef FDEC_CPU_STEAL
 #define FDEC_CPU_STEAL 1
 #endif

@@ -126,9 +126,10 @@ static fdec_status decode_into(fdec_context *ctx, const fd_problem *pr, const in
     return st;
 }
 
-/* Runs ctx on pr and checks against the reference (ref/ref_lse). Returns the error. */
-static double run_and_check(fdec_context *ctx, const char *who, fd_problem *pr, const inputs *in, const double *ref,
-                            const double *ref_lse, int with_lse) {
+/* Runs ctx on pr and checks against the reference (ref/ref_lse). Returns the error; with `bytes` (not NULL) also the
+ * output's bytes there. */
+static double run_check_bytes(fdec_context *ctx, const char *who, const fd_problem *pr, const inputs *in,
+                              const double *ref, const double *ref_lse, int with_lse, void *bytes) {
     outbuf b;
     outbuf_init(&b, &pr->p);
     char desc[256];
@@ -145,8 +146,13 @@ static double run_and_check(fdec_context *ctx, const char *who, fd_problem *pr, 
               "%s: %s: out err %.3g (tol %.3g), lse err %.3g, guards %s", who, describe(pr, desc, sizeof desc),
               err, tol, lerr, guards_ok(&b) ? "ok" : "WRITTEN");
     }
+    if (bytes) memcpy(bytes, b.out, b.out_bytes);
     outbuf_free(&b);
     return err;
+}
+static double run_and_check(fdec_context *ctx, const char *who, fd_problem *pr, const inputs *in, const double *ref,
+                            const double *ref_lse, int with_lse) {
+    return run_check_bytes(ctx, who, pr, in, ref, ref_lse, with_lse, NULL);
 }
 
 /* ---- contexts for every path this CPU has ---- */
@@ -718,25 +724,6 @@ static void racing_for(void *user, fdec_task_fn fn, void *task, uint32_t n) {
     if (started) pthread_join(t, NULL);
 }
 
-/* The output bytes of ctx on pr (poisoned first, guards checked) and its error against ref. */
-static double stealing_run(fdec_context *ctx, const char *who, const fd_problem *pr, const double *ref,
-                           unsigned char *bytes) {
-    outbuf b;
-    outbuf_init(&b, &pr->p);
-    inputs in;
-    inputs_make(&in, pr);
-    char desc[256];
-    fdec_status st = decode_into(ctx, pr, &in, &b, 1);
-    double err = st == FDEC_OK ? fd_out_error(pr, b.out, ref) : INFINITY;
-    check(st == FDEC_OK && guards_ok(&b) && err <= fd_tolerance(pr), "%s: %s: status %s, err %.3g (tol %.3g), guards %s",
-          who, describe(pr, desc, sizeof desc), fdec_status_string(st), err, fd_tolerance(pr),
-          guards_ok(&b) ? "ok" : "WRITTEN");
-    memcpy(bytes, b.out, b.out_bytes);
-    inputs_free(&in);
-    outbuf_free(&b);
-    return err;
-}
-
 static void test_work_stealing(void) {
     /* 3 threads (runs of uneven length) through the pool, a caller's serial loop in reverse order (the last task works
      * through its own run and then takes every other run's chunks before their tasks start) and racing_for */
@@ -774,8 +761,12 @@ static void test_work_stealing(void) {
         fd_reference(&pr, ref, ref_lse);
         const size_t ob = (size_t)pr.p.H * pr.p.D * fdec_dtype_size(pr.p.ot);
         unsigned char *a = malloc(ob), *b = malloc(ob), *c = malloc(ob);
-        double e = fmax(stealing_run(pool, "pool/3t", &pr, ref, a), stealing_run(rev, "reverse/3t", &pr, ref, b));
-        e = fmax(e, stealing_run(race, "racing/3t", &pr, ref, c));
+        inputs in;
+        inputs_make(&in, &pr);
+        double e = run_check_bytes(pool, "pool/3t", &pr, &in, ref, ref_lse, 1, a);
+        e = fmax(e, run_check_bytes(rev, "reverse/3t", &pr, &in, ref, ref_lse, 1, b));
+        e = fmax(e, run_check_bytes(race, "racing/3t", &pr, &in, ref, ref_lse, 1, c));
+        inputs_free(&in);
         if (e / fd_tolerance(&pr) > worst) worst = e / fd_tolerance(&pr);
         char desc[256];
         const int ok = !memcmp(a, b, ob) && !memcmp(a, c, ob);

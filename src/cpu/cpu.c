@@ -20,7 +20,6 @@
 #ifndef FDEC_CPU_CHUNKS_PER_THREAD
 #define FDEC_CPU_CHUNKS_PER_THREAD 8
 #endif
-#define CHUNKS_PER_THREAD FDEC_CPU_CHUNKS_PER_THREAD
 #ifndef FDEC_CPU_LONG_CALL_MB
 #define FDEC_CPU_LONG_CALL_MB 64
 #endif
@@ -177,7 +176,7 @@ static fdec_split cpu_split(const cpu_impl *c, const fdec_problem *p, uint32_t *
     if (min_chunk < FDEC_CPU_NB) min_chunk = FDEC_CPU_NB;
     const uint32_t mc = (uint32_t)(min_chunk > UINT32_MAX ? UINT32_MAX : min_chunk);
     const size_t call_bytes = (size_t)(p->seq_len - p->lo) * bytes_per_pos; /* the attended positions */
-    uint32_t lanes = c->threads > 1 ? c->threads * (call_bytes >= LONG_CALL_BYTES ? CHUNKS_PER_THREAD : 1) : 1;
+    uint32_t lanes = c->threads > 1 ? c->threads * (call_bytes >= LONG_CALL_BYTES ? FDEC_CPU_CHUNKS_PER_THREAD : 1) : 1;
     if (bound) *bound = fdec_split_bound(p, lanes, mc, MAX_CHUNKS);
     return fdec_make_split(p, lanes, mc, MAX_CHUNKS);
 }
@@ -185,7 +184,7 @@ static fdec_split cpu_split(const cpu_impl *c, const fdec_problem *p, uint32_t *
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
 typedef struct {
-    size_t q, m, l, o, s, r, total; /* byte offsets into the scratch */
+    size_t q, m, l, o, s, total; /* byte offsets into the scratch */
 } layout;
 
 static layout scratch_layout(const fdec_problem *p, uint32_t nc) {
@@ -196,8 +195,7 @@ static layout scratch_layout(const fdec_problem *p, uint32_t nc) {
     L.l = ALIGN64(L.m + (size_t)nc * p->H * F);
     L.o = ALIGN64(L.l + (size_t)nc * p->H * F);
     L.s = ALIGN64(L.o + (size_t)nc * p->H * Dp * F);
-    L.r = ALIGN64(L.s + (size_t)nc * p->H * FDEC_CPU_NB * F);
-    L.total = L.r + (size_t)nc * 64; /* at most one run word (64 bytes) a chunk */
+    L.total = ALIGN64(L.s + (size_t)nc * p->H * FDEC_CPU_NB * F);
     return L;
 }
 
@@ -245,14 +243,12 @@ static fdec_status ensure_scratch(cpu_impl *c, size_t bytes) {
 /* A run of chunks [front, back) in one word (front << 32 | back): its thread moves the front, a thief the back. One
  * a cache line, so that two threads' claims do not share one. */
 typedef struct {
-    _Atomic uint64_t w;
-    char pad[64 - sizeof(uint64_t)];
+    _Alignas(64) _Atomic uint64_t w;
 } run_word;
 
 typedef struct {
     const fdec_cpu_args *a;
     fdec_cpu_chunk_fn chunk;
-    fdec_split s;
     float *m, *l, *o, *sT;
     uint32_t runs;   /* tasks: one run of chunks each */
     run_word *run;
@@ -285,7 +281,7 @@ static int steal(const run_ctx *r, uint32_t self) {
         const uint64_t b = bw & 0xffffffffu, f = bw >> 32;
         uint64_t take = 1;
         while (b - take > f && 2 * (r->bound[b] - r->bound[b - take - 1]) <= most) take++;
-        if (atomic_compare_exchange_strong_explicit(&r->run[best].w, &bw, run_pack(bw >> 32, b - take),
+        if (atomic_compare_exchange_strong_explicit(&r->run[best].w, &bw, run_pack(f, b - take),
                                                     memory_order_relaxed, memory_order_relaxed)) {
             atomic_store_explicit(&r->run[self].w, run_pack(b - take, b), memory_order_relaxed);
             return 1;
@@ -415,6 +411,7 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     fdec_split s = cpu_split(c, p, NULL);
     uint64_t bound[MAX_STATES + 1];
     uint32_t first[MAX_CHUNKS + 1];
+    run_word run[MAX_CHUNKS]; /* on this stack: the call returns only when every task has */
     const uint32_t runs = call_runs(c, &s), nc = cut_chunks(&s, runs, bound, first);
     layout L = scratch_layout(p, nc);
     fdec_status st = ensure_scratch(c, L.total);
@@ -428,9 +425,9 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
         for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
     }
     fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, pf_distance(c, p->D)};
-    run_ctx r = {&a, c->chunk, s, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
-                 (float *)(base + L.s), runs, (run_word *)(base + L.r), bound};
-    for (uint32_t i = 0; i < runs; i++) atomic_init(&r.run[i].w, run_pack(first[i], first[i + 1]));
+    run_ctx r = {&a, c->chunk, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
+                 (float *)(base + L.s), runs, run, bound};
+    for (uint32_t i = 0; i < runs; i++) atomic_init(&run[i].w, run_pack(first[i], first[i + 1]));
     if (runs == 1) run_task(&r, 0, 1);
     else if (c->pfor) c->pfor(c->puser, run_task, &r, runs);
     else fdec_pool_run(c->pool, run_task, &r, runs);

@@ -299,10 +299,11 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
         l[h] = 0.0f;
         for (uint32_t d = 0; d < Dp; d++) o[(size_t)h * Dp + d] = 0.0f;
     }
-    /* block geometry: rows [row, row + nb) of positions [t, t + nb) (t < end); a block never wraps around the ring */
+    /* block geometry: rows [row, row + nb) of positions [t, t + nb), none from end on; a block never wraps around the
+     * ring */
 #define BLOCK_IN(t, end, row, nb)                                                                               \
     uint64_t row = a->ring ? (t) % a->ring : (t);                                                               \
-    uint64_t nb = (end) - (t) < NB ? (end) - (t) : NB;                                                          \
+    uint64_t nb = (t) >= (end) ? 0 : (end) - (t) < NB ? (end) - (t) : NB;                                       \
     if (a->ring && a->ring - row < nb) nb = a->ring - row;
 #define BLOCK_AT(t, row, nb) BLOCK_IN(t, t1, row, nb)
     const char *kc = (const char *)a->k, *vc = (const char *)a->v;
@@ -317,9 +318,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
         BLOCK_AT(t, row, nb)
         /* the block to prefetch, which may lie past t1 in the positions the thread goes on to (up to pf_end) */
         const uint64_t tp = t + nb + (uint64_t)(a->pf_blocks - 1) * NB;
-        const uint64_t tpe = tp < pf_end ? pf_end : tp + 1;
-        BLOCK_IN(tp, tpe, nrow, nnb)
-        if (tp >= pf_end) nnb = 0;
+        BLOCK_IN(tp, pf_end, nrow, nnb)
         const char *kb = kc + row * rstride, *vb = vc + row * rstride;
         const char *kn = kc + nrow * rstride, *vn = vc + nrow * rstride;
 #if FDEC_CPU_PAGE_AHEAD

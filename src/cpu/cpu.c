@@ -45,7 +45,7 @@
  * positions left and goes on there. Each chunk is still worked through by one thread into its own partial state, and
  * the states are merged in chunk order, so the result does not depend on which thread took which chunk: the same bytes
  * every call. Without it a call waits for its slowest thread: on this shared 2-vCPU machine the two threads of a call
- * ended a median 7-14% of the call apart (bench/micro/pool_gap.c; bench/NOTES.md, CPU log rows 52 and 53). 0: no
+ * ended a median 6-14% of the call apart (bench/micro/pool_gap.c; bench/NOTES.md, CPU log rows 52 and 53). 0: no
  * stealing (each run stays with its thread). */
 #ifndef FDEC_CPU_STEAL
 #define FDEC_CPU_STEAL 1

@@ -5,7 +5,7 @@
  *   1  vreduce_vec, simd.h's transposing tree (24 vshufps, 6 vshuff32x4, 15 adds)
  *   2  the same sums with its first two levels as two blends and one in-lane permute per pair (bit-identical: checked)
  * 64 positions in L1, ns per tile and per 16 FMAs, three rounds. On Zen 4 (session 25), medians of 9: 159.7 / 167.6 / 168.3 ns:
- * the tree costs ~5% of the tile, the blends more.
+ * the tree costs ~5% of the tile, the blends no less.
  *
  *   cc -O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -Isrc -Iinclude \
  *      bench/micro/qk_reduce.c -o /tmp/qk_reduce -lm && /tmp/qk_reduce */

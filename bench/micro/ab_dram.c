@@ -10,11 +10,17 @@
  * Prints each build's median us per call and GB/s and the median of the pairs' time ratios B/A (< 1: B faster).
  *
  * AB_HUGEPAGES=1: each build reads its own copies, A's in 4 KiB pages (MADV_NOHUGEPAGE) and B's in transparent huge
- * pages (MADV_HUGEPAGE); with the same library as A and B this measures what huge pages under the cache are worth. */
+ * pages (MADV_HUGEPAGE); with the same library as A and B this measures what huge pages under the cache are worth.
+ * AB_COPIES=N: N copies instead of enough to cover twice the L3 (1: the same cache every call, kept in L2/L3).
+ * AB_HELPER=1 (2 threads): both builds run their tasks through one caller-supplied parallel-for (the even tasks on the
+ * caller, the odd ones on one spinning helper thread) instead of a pool each, whose idle worker would spin into the
+ * other build's calls (300 us, pool.c): what short calls in cache need. */
 #define _GNU_SOURCE
 #include "flashdec.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +44,32 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* AB_HELPER's parallel-for: the caller runs the even tasks, the helper the odd ones */
+static _Atomic int h_gen, h_done;
+static fdec_task_fn h_fn;
+static void *h_task;
+static uint32_t h_n;
+static void *helper(void *x) {
+    (void)x;
+    for (int seen = 0;;) {
+        int g;
+        while ((g = atomic_load(&h_gen)) == seen) {
+        }
+        seen = g;
+        for (uint32_t i = 1; i < h_n; i += 2) h_fn(h_task, i, h_n);
+        atomic_store(&h_done, g);
+    }
+    return NULL;
+}
+static void helper_pfor(void *u, fdec_task_fn fn, void *task, uint32_t n) {
+    (void)u;
+    h_fn = fn, h_task = task, h_n = n;
+    const int g = atomic_fetch_add(&h_gen, 1) + 1;
+    for (uint32_t i = 0; i < n; i += 2) fn(task, i, n);
+    while (atomic_load(&h_done) != g) {
+    }
+}
+
 static int load(const char *path, uint32_t threads, build *b) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) return fprintf(stderr, "%s\n", dlerror()), 1;
@@ -47,6 +79,7 @@ static int load(const char *path, uint32_t threads, build *b) {
     if (!create || !defopts || !b->decode) return fprintf(stderr, "%s: not a flashdec library\n", path), 1;
     fdec_options o = defopts();
     o.threads = threads;
+    if (getenv("AB_HELPER") && atoi(getenv("AB_HELPER"))) o.parallel_for = helper_pfor;
     return create(FDEC_BACKEND_CPU, &o, &b->ctx) != FDEC_OK;
 }
 
@@ -106,6 +139,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     build b[2];
+    pthread_t ht;
+    if (getenv("AB_HELPER") && atoi(getenv("AB_HELPER")) && pthread_create(&ht, NULL, helper, NULL))
+        return fprintf(stderr, "no helper thread\n"), 1;
     if (load(argv[1], threads, &b[0]) || load(argv[2], threads, &b[1])) return 1;
     fdec_layer ly = {0};
     ly.head_dim = D, ly.num_q_heads = H, ly.num_kv_heads = G;
@@ -113,6 +149,7 @@ int main(int argc, char **argv) {
     const size_t n = (size_t)L * G * D, bytes = 2 * n * 2;
     int ncopy = (int)((2 * l3_bytes() + bytes - 1) / bytes) + 1;
     if (ncopy < 3) ncopy = 3;
+    if (getenv("AB_COPIES") && atoi(getenv("AB_COPIES")) > 0) ncopy = atoi(getenv("AB_COPIES"));
     const int hp = getenv("AB_HUGEPAGES") && atoi(getenv("AB_HUGEPAGES"));
     uint16_t **k[2], **v[2];
     float *q = malloc((size_t)H * D * 4), *out = malloc((size_t)H * D * 4);

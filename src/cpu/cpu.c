@@ -187,11 +187,12 @@ typedef struct {
     size_t q, m, l, o, s, total; /* byte offsets into the scratch */
 } layout;
 
-static layout scratch_layout(const fdec_problem *p, uint32_t nc) {
+/* nc partial states; nq copies of q, one a run (run_task) */
+static layout scratch_layout(const fdec_problem *p, uint32_t nc, uint32_t nq) {
     const size_t Dp = fdec_cpu_padded_dim(p->D), F = sizeof(float);
     layout L;
     L.q = 0;
-    L.m = ALIGN64(L.q + p->H * Dp * F);
+    L.m = ALIGN64(L.q + (size_t)nq * p->H * Dp * F);
     L.l = ALIGN64(L.m + (size_t)nc * p->H * F);
     L.o = ALIGN64(L.l + (size_t)nc * p->H * F);
     L.s = ALIGN64(L.o + (size_t)nc * p->H * Dp * F);
@@ -247,7 +248,10 @@ typedef struct {
 } run_word;
 
 typedef struct {
-    const fdec_cpu_args *a;
+    const fdec_cpu_args *a; /* all but q, which each run converts into its own copy */
+    const fdec_problem *p;
+    const void *q;          /* the caller's q */
+    float *qs;              /* runs copies of q, H x Dp floats each */
     fdec_cpu_chunk_fn chunk;
     float *m, *l, *o, *sT;
     uint32_t runs;   /* tasks: one run of chunks each */
@@ -256,8 +260,7 @@ typedef struct {
 } run_ctx;
 
 /* Chunk c into its partial state; the rows of the positions up to pf_end may be asked for ahead. */
-static void run_one(const run_ctx *r, uint32_t c, uint64_t pf_end, int ramp) {
-    const fdec_cpu_args *a = r->a;
+static void run_one(const run_ctx *r, const fdec_cpu_args *a, uint32_t c, uint64_t pf_end, int ramp) {
     const fdec_cpu_range rg = {r->bound[c], r->bound[c + 1], pf_end, ramp};
     r->chunk(a, &rg, r->m + (size_t)c * a->H, r->l + (size_t)c * a->H,
              r->o + (size_t)c * a->H * fdec_cpu_padded_dim(a->D), r->sT + (size_t)c * a->H * FDEC_CPU_NB);
@@ -289,11 +292,21 @@ static int steal(const run_ctx *r, uint32_t self) {
     }
 }
 
+static void load_q(const fdec_problem *p, const void *q, float *qs);
+
 /* Task i: run i's chunks, front first, then whatever it can steal. Each chunk is claimed by moving its run's front
  * past it; the rows asked for ahead reach to the end of the run as it stands. */
 static void run_task(void *arg, uint32_t i, uint32_t n) {
     (void)n;
     const run_ctx *r = arg;
+    /* q, scaled and padded, in this run's own copy, written by the thread that reads it: one copy written by the caller
+     * and read by every thread had its lines move between the cores each call, which made the caller's next writes to
+     * it wait on them (15-19 us a call at the Gemma 4 full layer's 16 x 512 floats with 2 threads, 1.3 us with one;
+     * bench/NOTES.md, CPU log row 56) */
+    fdec_cpu_args a = *r->a;
+    float *qs = r->qs + (size_t)i * a.H * fdec_cpu_padded_dim(a.D);
+    load_q(r->p, r->q, qs);
+    a.q = qs;
     _Atomic uint64_t *me = &r->run[i].w;
     uint64_t w = atomic_load_explicit(me, memory_order_relaxed);
     /* the chunk after the last one this thread ran, and the end of the rows asked for ahead then (a chunk index):
@@ -309,7 +322,7 @@ static void run_task(void *arg, uint32_t i, uint32_t n) {
         if (!atomic_compare_exchange_weak_explicit(me, &w, run_pack(f + 1, b), memory_order_relaxed,
                                                    memory_order_relaxed))
             continue; /* a thief moved the back: w holds the word now */
-        run_one(r, (uint32_t)f, r->bound[b], f != next || f >= asked);
+        run_one(r, &a, (uint32_t)f, r->bound[b], f != next || f >= asked);
         next = f + 1, asked = b;
         w = atomic_load_explicit(me, memory_order_relaxed);
     }
@@ -322,6 +335,16 @@ static void load_row(float *dst, const void *src, size_t n, fdec_dtype t, float 
     case FDEC_F32: for (size_t i = 0; i < n; i++) dst[i] = ((const float *)src)[i] * scale; break;
     case FDEC_F16: for (size_t i = 0; i < n; i++) dst[i] = fdec_f16_to_f32(h[i]) * scale; break;
     default: for (size_t i = 0; i < n; i++) dst[i] = fdec_bf16_to_f32(h[i]) * scale; break;
+    }
+}
+
+/* q [H][D] of type qt into qs [H][Dp] f32, times scale, zero-padded */
+static void load_q(const fdec_problem *p, const void *q, float *qs) {
+    const uint32_t Dp = fdec_cpu_padded_dim(p->D);
+    for (uint32_t h = 0; h < p->H; h++) {
+        load_row(qs + (size_t)h * Dp, (const char *)q + (size_t)h * p->D * fdec_dtype_size(p->qt), p->D, p->qt,
+                 p->scale);
+        for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
     }
 }
 
@@ -354,11 +377,12 @@ static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec
     if (lse) *lse = bad ? NAN : fdec_state_lse(M, L);
 }
 
-/* Merges the nc partial states of each head (state.h) and writes out (converted) and lse. The merged row is
+/* Merges the nc partial states of heads [h0, h1) (state.h) and writes out (converted) and lse. The merged row is
  * built in chunk 0's o, which is not needed afterwards. */
-static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *out, float *lse) {
+static void merge_heads(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *out, float *lse, uint32_t h0,
+                        uint32_t h1) {
     const size_t Dp = fdec_cpu_padded_dim(p->D), es = fdec_dtype_size(p->ot);
-    for (uint32_t h = 0; h < p->H; h++) {
+    for (uint32_t h = h0; h < h1; h++) {
         float w[MAX_STATES], L;
         const float M = fdec_merge_weights(nc, r->m + h, p->H, r->l + h, p->H, w, &L);
         float *acc = r->o + (size_t)h * Dp;
@@ -369,6 +393,30 @@ static void merge(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *ou
         }
         finish_row(acc, p->D, M, L, (char *)out + (size_t)h * p->D * es, p->ot, lse ? lse + h : NULL);
     }
+}
+
+typedef struct {
+    const fdec_problem *p;
+    const run_ctx *r;
+    uint32_t nc;
+    void *out;
+    float *lse;
+} merge_ctx;
+
+/* Merge task i of n: heads [i H / n, (i + 1) H / n), each head's sums the same whichever thread does them. On the
+ * threads of the call, not the caller alone: at 32k the Gemma 4 full layer's 28 states took 115 us to merge on one
+ * thread, half of them read from the other core (CPU log row 56). */
+static void merge_task(void *arg, uint32_t i, uint32_t n) {
+    const merge_ctx *m = arg;
+    const uint32_t H = m->p->H;
+    merge_heads(m->p, m->r, m->nc, m->out, m->lse, (uint32_t)((uint64_t)i * H / n), (uint32_t)((uint64_t)(i + 1) * H / n));
+}
+
+/* fn(task, i, n) for i < n on the call's threads: the caller's parallel_for or the pool */
+static void run_tasks(const cpu_impl *c, fdec_task_fn fn, void *task, uint32_t n) {
+    if (n == 1) fn(task, 0, 1);
+    else if (c->pfor) c->pfor(c->puser, fn, task, n);
+    else fdec_pool_run(c->pool, fn, task, n);
 }
 
 /* fdec_merge: the same merge (fdec_merge_weights) over normalised (out, lse) results. Shards of weight 0 (an
@@ -400,9 +448,11 @@ static fdec_status cpu_reserve(void *impl, const fdec_problem *p) {
     cpu_impl *c = impl;
     uint32_t most = 0;
     cpu_split(c, p, &most);
-    /* a call of n <= most chunks keeps n states, or n + (CUT_PARTS - 1) runs with runs <= min(threads, n) (cut_chunks) */
-    uint32_t states = most + (FDEC_CPU_CUT_PARTS - 1) * (c->threads < most ? c->threads : most);
-    return ensure_scratch(c, scratch_layout(p, states < MAX_STATES ? states : MAX_STATES).total);
+    /* a call of n <= most chunks keeps n states, or n + (CUT_PARTS - 1) runs with runs <= min(threads, n) (cut_chunks),
+     * and a copy of q a run */
+    const uint32_t runs = c->threads < most ? c->threads : most;
+    uint32_t states = most + (FDEC_CPU_CUT_PARTS - 1) * runs;
+    return ensure_scratch(c, scratch_layout(p, states < MAX_STATES ? states : MAX_STATES, runs).total);
 }
 
 static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
@@ -413,25 +463,17 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     uint32_t first[MAX_CHUNKS + 1];
     run_word run[MAX_CHUNKS]; /* on this stack: the call returns only when every task has */
     const uint32_t runs = call_runs(c, &s), nc = cut_chunks(&s, runs, bound, first);
-    layout L = scratch_layout(p, nc);
+    layout L = scratch_layout(p, nc, runs);
     fdec_status st = ensure_scratch(c, L.total);
     if (st) return st;
     char *base = c->scratch;
-    const uint32_t Dp = fdec_cpu_padded_dim(p->D);
-    float *qs = (float *)(base + L.q);
-    for (uint32_t h = 0; h < p->H; h++) {
-        load_row(qs + (size_t)h * Dp, (const char *)q + (size_t)h * p->D * fdec_dtype_size(p->qt), p->D, p->qt,
-                 p->scale);
-        for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
-    }
-    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, qs, pf_distance(c, p->D)};
-    run_ctx r = {&a, c->chunk, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
-                 (float *)(base + L.s), runs, run, bound};
+    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, NULL, pf_distance(c, p->D)};
+    run_ctx r = {&a, p, q, (float *)(base + L.q), c->chunk, (float *)(base + L.m), (float *)(base + L.l),
+                 (float *)(base + L.o), (float *)(base + L.s), runs, run, bound};
     for (uint32_t i = 0; i < runs; i++) atomic_init(&run[i].w, run_pack(first[i], first[i + 1]));
-    if (runs == 1) run_task(&r, 0, 1);
-    else if (c->pfor) c->pfor(c->puser, run_task, &r, runs);
-    else fdec_pool_run(c->pool, run_task, &r, runs);
-    merge(p, &r, nc, out, lse);
+    run_tasks(c, run_task, &r, runs);
+    merge_ctx mc = {p, &r, nc, out, lse};
+    run_tasks(c, merge_task, &mc, nc == 1 ? 1 : runs < p->H ? runs : p->H);
     return FDEC_OK;
 }
 
@@ -444,7 +486,7 @@ static void cpu_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     info->num_chunks = nc;
     info->chunk_len = s.chunk_len; /* the longest; the cut ones are shorter (cut_chunks) */
     info->grouped = 1;
-    info->scratch_bytes = scratch_layout(p, nc).total;
+    info->scratch_bytes = scratch_layout(p, nc, call_runs(c, &s)).total;
     info->path = fdec_cpu_path_name(c->path);
 }
 

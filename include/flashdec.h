@@ -77,7 +77,9 @@ typedef struct {
 /* The work callback flashdec hands to a caller-supplied parallel-for: call fn(task, i, n) once for every
  * i in [0, n), in any order and on any threads, and return when all calls have returned. The CPU backend's tasks
  * share the call's work among themselves (a task that runs out takes over part of another's), so any schedule gives
- * the same bytes; only tasks that run at the same time make the call faster. */
+ * the same bytes; only tasks that run at the same time make the call faster. A CPU decode cut into several chunks
+ * calls the parallel-for twice: once for the chunks, then once to merge their partial states, a share of the heads
+ * a task. */
 typedef void (*fdec_task_fn)(void *task, uint32_t i, uint32_t n);
 typedef void (*fdec_parallel_for_fn)(void *user, fdec_task_fn fn, void *task, uint32_t n);
 

@@ -4,7 +4,7 @@
  * rotating copies of an f16 (or bf16) cache covering twice the L3, so that every call reads from DRAM and a drift of the
  * machine's speed falls on both builds alike.
  *
- *   cc -O2 -Iinclude bench/micro/ab_dram.c -ldl -lm -o build/ab_dram
+ *   cc -O2 -Iinclude bench/micro/ab_dram.c -ldl -lm -pthread -o build/ab_dram
  *   build/ab_dram libA.so libB.so D H G L threads pairs [f16|bf16]     e.g. ... 128 32 8 32768 2 40
  *
  * Prints each build's median us per call and GB/s and the median of the pairs' time ratios B/A (< 1: B faster).

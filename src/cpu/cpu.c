@@ -257,6 +257,9 @@ typedef struct {
     uint32_t runs;   /* tasks: one run of chunks each */
     run_word *run;
     const uint64_t *bound; /* chunk c is positions [bound[c], bound[c + 1]) */
+    uint32_t nc;           /* chunks (partial states), merged into out and lse (merge_task) */
+    void *out;
+    float *lse;
 } run_ctx;
 
 /* Chunk c into its partial state; the rows of the positions up to pf_end may be asked for ahead. */
@@ -377,11 +380,17 @@ static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec
     if (lse) *lse = bad ? NAN : fdec_state_lse(M, L);
 }
 
-/* Merges the nc partial states of heads [h0, h1) (state.h) and writes out (converted) and lse. The merged row is
- * built in chunk 0's o, which is not needed afterwards. */
-static void merge_heads(const fdec_problem *p, const run_ctx *r, uint32_t nc, void *out, float *lse, uint32_t h0,
-                        uint32_t h1) {
+/* Merge task i of n: merges the r->nc partial states (state.h) of heads [i H / n, (i + 1) H / n) and writes out
+ * (converted) and lse; each head's sums are the same whichever thread does them. The merged row is built in chunk 0's
+ * o, which is not needed afterwards. On the threads of the call, not the caller alone: at 32k the Gemma 4 full layer's
+ * 28 states took 115 us to merge on one thread, half of them read from the other core (CPU log row 56). */
+static void merge_task(void *arg, uint32_t i, uint32_t n) {
+    const run_ctx *r = arg;
+    const fdec_problem *p = r->p;
+    const uint32_t nc = r->nc, h0 = (uint32_t)((uint64_t)i * p->H / n), h1 = (uint32_t)((uint64_t)(i + 1) * p->H / n);
     const size_t Dp = fdec_cpu_padded_dim(p->D), es = fdec_dtype_size(p->ot);
+    void *out = r->out;
+    float *lse = r->lse;
     for (uint32_t h = h0; h < h1; h++) {
         float w[MAX_STATES], L;
         const float M = fdec_merge_weights(nc, r->m + h, p->H, r->l + h, p->H, w, &L);
@@ -393,23 +402,6 @@ static void merge_heads(const fdec_problem *p, const run_ctx *r, uint32_t nc, vo
         }
         finish_row(acc, p->D, M, L, (char *)out + (size_t)h * p->D * es, p->ot, lse ? lse + h : NULL);
     }
-}
-
-typedef struct {
-    const fdec_problem *p;
-    const run_ctx *r;
-    uint32_t nc;
-    void *out;
-    float *lse;
-} merge_ctx;
-
-/* Merge task i of n: heads [i H / n, (i + 1) H / n), each head's sums the same whichever thread does them. On the
- * threads of the call, not the caller alone: at 32k the Gemma 4 full layer's 28 states took 115 us to merge on one
- * thread, half of them read from the other core (CPU log row 56). */
-static void merge_task(void *arg, uint32_t i, uint32_t n) {
-    const merge_ctx *m = arg;
-    const uint32_t H = m->p->H;
-    merge_heads(m->p, m->r, m->nc, m->out, m->lse, (uint32_t)((uint64_t)i * H / n), (uint32_t)((uint64_t)(i + 1) * H / n));
 }
 
 /* fn(task, i, n) for i < n on the call's threads: the caller's parallel_for or the pool */
@@ -469,11 +461,10 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     char *base = c->scratch;
     fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, NULL, pf_distance(c, p->D)};
     run_ctx r = {&a, p, q, (float *)(base + L.q), c->chunk, (float *)(base + L.m), (float *)(base + L.l),
-                 (float *)(base + L.o), (float *)(base + L.s), runs, run, bound};
+                 (float *)(base + L.o), (float *)(base + L.s), runs, run, bound, nc, out, lse};
     for (uint32_t i = 0; i < runs; i++) atomic_init(&run[i].w, run_pack(first[i], first[i + 1]));
     run_tasks(c, run_task, &r, runs);
-    merge_ctx mc = {p, &r, nc, out, lse};
-    run_tasks(c, merge_task, &mc, nc == 1 ? 1 : runs < p->H ? runs : p->H);
+    run_tasks(c, merge_task, &r, runs < p->H ? runs : p->H); /* a one-chunk call has one run: one task */
     return FDEC_OK;
 }
 
@@ -482,11 +473,11 @@ static void cpu_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     fdec_split s = cpu_split(c, p, NULL);
     info->kv_start = s.lo;
     info->kv_end = s.hi;
-    const uint32_t nc = cut_chunks(&s, call_runs(c, &s), NULL, NULL);
+    const uint32_t runs = call_runs(c, &s), nc = cut_chunks(&s, runs, NULL, NULL);
     info->num_chunks = nc;
     info->chunk_len = s.chunk_len; /* the longest; the cut ones are shorter (cut_chunks) */
     info->grouped = 1;
-    info->scratch_bytes = scratch_layout(p, nc, call_runs(c, &s)).total;
+    info->scratch_bytes = scratch_layout(p, nc, runs).total;
     info->path = fdec_cpu_path_name(c->path);
 }
 

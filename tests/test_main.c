@@ -9,6 +9,7 @@
  */
 #include "../tools/bench_util.h"
 #include "../tools/devmem.h"
+#include "../src/cpu/cpu.h" /* the CPU paths' vector conversions (test_conversions) */
 
 #include <math.h>
 #include <pthread.h>
@@ -941,6 +942,91 @@ static void test_cuda_graph(void) {
  * fdec_split_bound(n) chunks, for the lanes, shortest chunks and caps the backends use. The chunk count itself is
  * not monotone in the length (a chunk's length is rounded up to 32 positions): the test also asserts that such a
  * case occurs, so that it checks the case the bound is for. */
+/* The CPU paths' conversions of q in and out out (fdec_cpu_cvt_in / _out, kern.h) against the scalar element
+ * functions, bit for bit: every f16 and bf16 pattern in, and out random f32 patterns, every f16 value and the midpoints
+ * between neighbours (the rounding ties), subnormals, the overflow edge, infinities and NaNs (a NaN must stay a NaN of
+ * the same sign; its payload may differ), at lengths and offsets that leave tails of every size. */
+static int same_out(uint16_t a, uint16_t b, fdec_dtype t) {
+    if (a == b) return 1;
+    const int nan_a = t == FDEC_F16 ? (a & 0x7c00) == 0x7c00 && (a & 0x3ff) : (a & 0x7f80) == 0x7f80 && (a & 0x7f);
+    const int nan_b = t == FDEC_F16 ? (b & 0x7c00) == 0x7c00 && (b & 0x3ff) : (b & 0x7f80) == 0x7f80 && (b & 0x7f);
+    return nan_a && nan_b && (a & 0x8000) == (b & 0x8000);
+}
+static void test_conversions(void) {
+    typedef struct {
+        const char *name;
+        fdec_cpu_cvt_in_fn in;
+        fdec_cpu_cvt_out_fn out;
+        int ok; /* this CPU has the path */
+    } cvt_path;
+    cvt_path path[3] = {{"scalar", fdec_cpu_cvt_in_scalar, fdec_cpu_cvt_out_scalar, 1}};
+    int np = 1;
+#ifdef FDEC_X86
+    const unsigned f = fdec_cpu_features();
+    path[np++] = (cvt_path){"avx2", fdec_cpu_cvt_in_avx2, fdec_cpu_cvt_out_avx2, (int)(f >> FDEC_CPU_AVX2 & 1)};
+    path[np++] = (cvt_path){"avx512", fdec_cpu_cvt_in_avx512, fdec_cpu_cvt_out_avx512, (int)(f >> FDEC_CPU_AVX512 & 1)};
+#endif
+    enum { N = 3 * 65536 + 37 };
+    uint32_t *x = malloc(N * sizeof *x);
+    uint16_t *h = malloc(65536 * sizeof *h), *got = malloc((N + 64) * sizeof *got);
+    float *fx = malloc((N + 64) * sizeof *fx), *fin = malloc((N + 64) * sizeof *fin);
+    fd_rng rng = {0x9e3779b97f4a7c15ull};
+    for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    /* f32 for the out direction: every f16 value exactly, the midpoint above it, random patterns */
+    for (uint32_t i = 0; i < 65536; i++) {
+        const float v = fdec_f16_to_f32((uint16_t)i);
+        memcpy(&x[i], &v, 4);
+        x[65536 + i] = x[i] + ((i & 0x7c00) == 0x7c00 ? 0 : 0x1000); /* half an f16 ulp up (normal f16 range) */
+    }
+    for (uint32_t i = 2 * 65536; i < N; i++) x[i] = (uint32_t)(fd_rand(&rng) >> 32);
+    x[N - 1] = 0x477ff000u, x[N - 2] = 0x477fefffu, x[N - 3] = 0x33000000u, x[N - 4] = 0x33000001u; /* the edges */
+    x[N - 5] = 0x7f800001u, x[N - 6] = 0xffc00000u, x[N - 7] = 0x7fc00000u, x[N - 8] = 0x00000001u;
+    for (int pi = 0; pi < np; pi++) {
+        if (!path[pi].ok) continue;
+        for (int ti = 0; ti < 2; ti++) {
+            const fdec_dtype t = ti ? FDEC_BF16 : FDEC_F16;
+            const char *tn = ti ? "bf16" : "f16";
+            /* in: every pattern, scaled by 1 and by 0.37, from an offset of 0 and of 3 elements */
+            for (int k = 0; k < 4; k++) {
+                const float sc = k & 1 ? 0.37f : 1.0f;
+                const uint32_t off = k & 2 ? 3 : 0, n = 65536 - off;
+                path[pi].in(fin, h + off, n, t, sc);
+                uint32_t bad = 0;
+                for (uint32_t i = 0; i < n; i++) {
+                    const float want = fdec_load_elem(h + off, i, t) * sc;
+                    bad += memcmp(&want, &fin[i], 4) != 0 && !(isnan(want) && isnan(fin[i]));
+                }
+                check(!bad, "%s %s in (scale %g, offset %u): %u of %u elements differ from the scalar conversion",
+                      path[pi].name, tn, sc, off, bad, n);
+            }
+            /* out: lengths 1..40 at offsets 0..3, then all N */
+            for (uint32_t i = 0; i < N; i++) memcpy(&fx[i], &x[i], 4);
+            uint32_t bad = 0;
+            for (uint32_t len = 1; len <= 40; len++)
+                for (uint32_t off = 0; off < 4; off++) {
+                    for (uint32_t i = 0; i < len + 8; i++) got[i] = 0xabcd;
+                    path[pi].out(got + off, fx + 65536 - 20 + len, len, t);
+                    for (uint32_t i = 0; i < len; i++) {
+                        uint16_t want;
+                        fdec_store_elem(&want, 0, t, fx[65536 - 20 + len + i]);
+                        bad += !same_out(got[off + i], want, t);
+                    }
+                    for (uint32_t i = 0; i < off; i++) bad += got[i] != 0xabcd;
+                    for (uint32_t i = off + len; i < len + 8; i++) bad += got[i] != 0xabcd; /* nothing past the end */
+                }
+            path[pi].out(got, fx, N, t);
+            for (uint32_t i = 0; i < N; i++) {
+                uint16_t want;
+                fdec_store_elem(&want, 0, t, fx[i]);
+                bad += !same_out(got[i], want, t);
+            }
+            check(!bad, "%s %s out: %u of %u elements differ from the scalar conversion", path[pi].name, tn, bad,
+                  N + 40 * 4 * 20);
+        }
+    }
+    free(x), free(h), free(got), free(fx), free(fin);
+}
+
 static void test_split_bound(void) {
     static const uint32_t lanes[] = {1, 2, 3, 8, 16, 33, 64, 66, 128, 132};
     static const uint32_t mins[] = {1, 32, 64, 100, 512};
@@ -1080,6 +1166,7 @@ int main(int argc, char **argv) {
     test_nonfinite(pc, npc);
     test_merge();
     test_split_bound();
+    if (!g_cuda) test_conversions();
     if (g_cuda) {
         test_cuda_graph();
         test_cuda_reserve_bound();

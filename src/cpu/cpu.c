@@ -62,6 +62,8 @@ typedef struct {
     uint32_t threads;
     fdec_cpu_path path;
     fdec_cpu_chunk_fn chunk;
+    fdec_cpu_cvt_in_fn cvt_in;   /* q and fdec_merge's rows in, the path's vector conversions */
+    fdec_cpu_cvt_out_fn cvt_out; /* out */
     uint32_t pf_blocks;
     void *scratch;
     size_t cap;
@@ -139,6 +141,26 @@ static fdec_cpu_chunk_fn path_kernel(fdec_cpu_path p) {
     case FDEC_CPU_AVX512: return fdec_cpu_chunk_avx512;
 #endif
     default: return fdec_cpu_chunk_scalar;
+    }
+}
+
+static fdec_cpu_cvt_in_fn path_cvt_in(fdec_cpu_path p) {
+    switch (p) {
+#ifdef FDEC_X86
+    case FDEC_CPU_AVX2: return fdec_cpu_cvt_in_avx2;
+    case FDEC_CPU_AVX512: return fdec_cpu_cvt_in_avx512;
+#endif
+    default: return fdec_cpu_cvt_in_scalar;
+    }
+}
+
+static fdec_cpu_cvt_out_fn path_cvt_out(fdec_cpu_path p) {
+    switch (p) {
+#ifdef FDEC_X86
+    case FDEC_CPU_AVX2: return fdec_cpu_cvt_out_avx2;
+    case FDEC_CPU_AVX512: return fdec_cpu_cvt_out_avx512;
+#endif
+    default: return fdec_cpu_cvt_out_scalar;
     }
 }
 
@@ -253,6 +275,8 @@ typedef struct {
     const void *q;          /* the caller's q */
     float *qs;              /* runs copies of q, H x Dp floats each */
     fdec_cpu_chunk_fn chunk;
+    fdec_cpu_cvt_in_fn cvt_in;
+    fdec_cpu_cvt_out_fn cvt_out;
     float *m, *l, *o, *sT;
     uint32_t runs;   /* tasks: one run of chunks each */
     run_word *run;
@@ -295,7 +319,7 @@ static int steal(const run_ctx *r, uint32_t self) {
     }
 }
 
-static void load_q(const fdec_problem *p, const void *q, float *qs);
+static void load_q(const fdec_problem *p, const void *q, float *qs, fdec_cpu_cvt_in_fn cvt);
 
 /* Task i: run i's chunks, front first, then whatever it can steal. Each chunk is claimed by moving its run's front
  * past it; the rows asked for ahead reach to the end of the run as it stands. */
@@ -308,7 +332,7 @@ static void run_task(void *arg, uint32_t i, uint32_t n) {
      * bench/NOTES.md, CPU log row 56) */
     fdec_cpu_args a = *r->a;
     float *qs = r->qs + (size_t)i * a.H * fdec_cpu_padded_dim(a.D);
-    load_q(r->p, r->q, qs);
+    load_q(r->p, r->q, qs, r->cvt_in);
     a.q = qs;
     _Atomic uint64_t *me = &r->run[i].w;
     uint64_t w = atomic_load_explicit(me, memory_order_relaxed);
@@ -331,42 +355,23 @@ static void run_task(void *arg, uint32_t i, uint32_t n) {
     }
 }
 
-/* dst[i] = src[i] * scale for n elements of type t (conversion loops with the type switch outside). */
-static void load_row(float *dst, const void *src, size_t n, fdec_dtype t, float scale) {
-    const uint16_t *h = src;
-    switch (t) {
-    case FDEC_F32: for (size_t i = 0; i < n; i++) dst[i] = ((const float *)src)[i] * scale; break;
-    case FDEC_F16: for (size_t i = 0; i < n; i++) dst[i] = fdec_f16_to_f32(h[i]) * scale; break;
-    default: for (size_t i = 0; i < n; i++) dst[i] = fdec_bf16_to_f32(h[i]) * scale; break;
-    }
-}
-
 /* q [H][D] of type qt into qs [H][Dp] f32, times scale, zero-padded */
-static void load_q(const fdec_problem *p, const void *q, float *qs) {
+static void load_q(const fdec_problem *p, const void *q, float *qs, fdec_cpu_cvt_in_fn cvt) {
     const uint32_t Dp = fdec_cpu_padded_dim(p->D);
     for (uint32_t h = 0; h < p->H; h++) {
-        load_row(qs + (size_t)h * Dp, (const char *)q + (size_t)h * p->D * fdec_dtype_size(p->qt), p->D, p->qt,
-                 p->scale);
+        cvt(qs + (size_t)h * Dp, (const char *)q + (size_t)h * p->D * fdec_dtype_size(p->qt), p->D, p->qt, p->scale);
         for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
-    }
-}
-
-static void store_row(void *dst, const float *src, size_t n, fdec_dtype t) {
-    uint16_t *h = dst;
-    switch (t) {
-    case FDEC_F32: memcpy(dst, src, n * sizeof(float)); break;
-    case FDEC_F16: for (size_t i = 0; i < n; i++) h[i] = fdec_f32_to_f16(src[i]); break;
-    default: for (size_t i = 0; i < n; i++) h[i] = fdec_f32_to_bf16(src[i]); break;
     }
 }
 
 /* Writes a merged head from acc = sum_c w_c o_c (scaled in place by 1 / L): a non-finite value anywhere in it
  * (from a NaN or inf in the head's inputs) makes the whole head NaN (flashdec.h); a head whose states are all
  * empty (fdec_merge of empty shards only: a decode attends at least one position) is 0 with lse -inf. */
-static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec_dtype ot, float *lse) {
+static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec_dtype ot, float *lse,
+                       fdec_cpu_cvt_out_fn cvt) {
     if (L == 0.0f && M == -INFINITY) {
         for (uint32_t d = 0; d < D; d++) acc[d] = 0.0f;
-        store_row(out, acc, D, ot);
+        cvt(out, acc, D, ot);
         if (lse) *lse = -INFINITY;
         return;
     }
@@ -376,7 +381,7 @@ static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec
     for (uint32_t d = 0; d < D; d++) bad |= !isfinite(acc[d]);
     if (bad)
         for (uint32_t d = 0; d < D; d++) acc[d] = NAN;
-    store_row(out, acc, D, ot);
+    cvt(out, acc, D, ot);
     if (lse) *lse = bad ? NAN : fdec_state_lse(M, L);
 }
 
@@ -400,7 +405,7 @@ static void merge_task(void *arg, uint32_t i, uint32_t n) {
             const float *oc = r->o + ((size_t)c * p->H + h) * Dp, wc = w[c];
             for (uint32_t d = 0; d < p->D; d++) acc[d] += wc * oc[d];
         }
-        finish_row(acc, p->D, M, L, (char *)out + (size_t)h * p->D * es, p->ot, lse ? lse + h : NULL);
+        finish_row(acc, p->D, M, L, (char *)out + (size_t)h * p->D * es, p->ot, lse ? lse + h : NULL, r->cvt_out);
     }
 }
 
@@ -428,10 +433,10 @@ static fdec_status cpu_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fde
         for (uint32_t d = 0; d < D; d++) acc[d] = 0.0f;
         for (uint32_t i = 0; i < n; i++) {
             if (w[i] == 0.0f) continue;
-            load_row(row, (const char *)outs[i] + (size_t)h * D * es, D, t, w[i]);
+            c->cvt_in(row, (const char *)outs[i] + (size_t)h * D * es, D, t, w[i]);
             for (uint32_t d = 0; d < D; d++) acc[d] += row[d];
         }
-        finish_row(acc, D, M, L, (char *)out + (size_t)h * D * es, t, lse ? lse + h : NULL);
+        finish_row(acc, D, M, L, (char *)out + (size_t)h * D * es, t, lse ? lse + h : NULL, c->cvt_out);
     }
     return FDEC_OK;
 }
@@ -460,7 +465,7 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     if (st) return st;
     char *base = c->scratch;
     fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, NULL, pf_distance(c, p->D)};
-    run_ctx r = {&a, p, q, (float *)(base + L.q), c->chunk, (float *)(base + L.m), (float *)(base + L.l),
+    run_ctx r = {&a, p, q, (float *)(base + L.q), c->chunk, c->cvt_in, c->cvt_out, (float *)(base + L.m), (float *)(base + L.l),
                  (float *)(base + L.o), (float *)(base + L.s), runs, run, bound, nc, out, lse};
     for (uint32_t i = 0; i < runs; i++) atomic_init(&run[i].w, run_pack(first[i], first[i + 1]));
     run_tasks(c, run_task, &r, runs);
@@ -502,6 +507,8 @@ fdec_status fdec_cpu_create(const fdec_options *o, void **impl, const fdec_backe
         return free(c), fdec_set_error(FDEC_EINVAL, "threads (%u) must be at most 1024", o->threads);
     c->path = path;
     c->chunk = path_kernel(path);
+    c->cvt_in = path_cvt_in(path);
+    c->cvt_out = path_cvt_out(path);
     c->pf_blocks = fdec_cpu_pf_blocks();
     c->pfor = o->parallel_for;
     c->puser = o->parallel_user;

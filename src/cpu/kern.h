@@ -427,3 +427,50 @@ void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *
 #undef PICK1
     f(a, r, m, l, o, sT);
 }
+
+/* ---- conversions of q in and of out (and fdec_merge's rows) out, a vector at a time ----
+ * One element at a time through fdec_f16_to_f32 / fdec_f32_to_f16 these took ~115 us of a 1k call of the Gemma 4 full
+ * layer with f16 q and out (455 against 338 us with f32: bench/NOTES.md, CPU log row 59). The results are the scalar
+ * functions' bits: the hardware f16 conversions round to nearest even as they do (a NaN's payload aside, which
+ * flashdec's outputs never carry), and bf16 is rounded by the same integer steps. */
+void FN(fdec_cpu_cvt_in)(float *dst, const void *src, size_t n, fdec_dtype t, float scale) {
+    const size_t es = fdec_dtype_size(t);
+    size_t i = 0;
+    const V s = vset1(scale);
+    for (; i + VW <= n; i += VW) vstoref(dst + i, vmul(vload_kv((const char *)src + i * es, t), s));
+    for (; i < n; i++) dst[i] = fdec_load_elem(src, i, t) * scale;
+}
+
+void FN(fdec_cpu_cvt_out)(void *dst, const float *src, size_t n, fdec_dtype t) {
+    if (t == FDEC_F32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    size_t i = 0;
+#if FDEC_ISA >= 1
+    uint16_t *h = dst;
+#endif
+#if FDEC_ISA == 2
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(src + i);
+        __m256i r;
+        if (t == FDEC_F16) r = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        else { /* fdec_f32_to_bf16: x + 0x7fff + (bit 16 of x), the high half; a NaN's high half with the quiet bit */
+            const __m512i b = _mm512_castps_si512(x);
+            const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+            __m512i w = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+            const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)),
+                                                          _mm512_set1_epi32(0x7f800000));
+            w = _mm512_mask_mov_epi32(w, nan, _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40)));
+            r = _mm512_cvtepi32_epi16(w);
+        }
+        _mm256_storeu_si256((__m256i *)(h + i), r);
+    }
+#elif FDEC_ISA == 1
+    if (t == FDEC_F16)
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)(h + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+    for (; i < n; i++) fdec_store_elem(dst, i, t, src[i]);
+}

@@ -14,7 +14,8 @@
  * AB_COPIES=N: N copies instead of enough to cover twice the L3 (1: the same cache every call, kept in L2/L3).
  * AB_HELPER=1 (2 threads): both builds run their tasks through one caller-supplied parallel-for (the even tasks on the
  * caller, the odd ones on one spinning helper thread) instead of a pool each, whose idle worker would spin into the
- * other build's calls (300 us, pool.c): what short calls in cache need. */
+ * other build's calls (300 us, pool.c): what short calls in cache need.
+ * AB_QT=f16 or bf16: q and out in that type instead of f32 (CPU log row 59). */
 #define _GNU_SOURCE
 #include "flashdec.h"
 
@@ -145,7 +146,9 @@ int main(int argc, char **argv) {
     if (load(argv[1], threads, &b[0]) || load(argv[2], threads, &b[1])) return 1;
     fdec_layer ly = {0};
     ly.head_dim = D, ly.num_q_heads = H, ly.num_kv_heads = G;
-    ly.q_dtype = FDEC_F32, ly.kv_dtype = bf16 ? FDEC_BF16 : FDEC_F16, ly.out_dtype = FDEC_F32;
+    const char *qt = getenv("AB_QT"); /* q's and out's type: f32 (default), f16 or bf16 */
+    const fdec_dtype qd = qt && !strcmp(qt, "f16") ? FDEC_F16 : qt && !strcmp(qt, "bf16") ? FDEC_BF16 : FDEC_F32;
+    ly.q_dtype = qd, ly.kv_dtype = bf16 ? FDEC_BF16 : FDEC_F16, ly.out_dtype = qd;
     const size_t n = (size_t)L * G * D, bytes = 2 * n * 2;
     int ncopy = (int)((2 * l3_bytes() + bytes - 1) / bytes) + 1;
     if (ncopy < 3) ncopy = 3;
@@ -167,6 +170,9 @@ int main(int argc, char **argv) {
     }
     if (!hp) k[1] = k[0], v[1] = v[0];
     for (size_t i = 0; i < (size_t)H * D; i++) q[i] = (float)(rand() % 1000) / 1000.f;
+    if (qd != FDEC_F32) /* the same kind of values in q's 16-bit type: [0.5, 1) */
+        for (size_t i = 0; i < (size_t)H * D; i++)
+            ((uint16_t *)q)[i] = (uint16_t)(qd == FDEC_BF16 ? 0x3f00 | (rand() & 0x7f) : 0x3800 | (rand() & 0x3ff));
     double *t[2] = {malloc(sizeof(double) * pairs), malloc(sizeof(double) * pairs)};
     double *r = malloc(sizeof(double) * pairs);
     int c = 0, cw[2] = {0, 0}; /* with AB_HUGEPAGES each build rotates over its own copies */

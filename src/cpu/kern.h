@@ -428,7 +428,7 @@ void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *
     f(a, r, m, l, o, sT);
 }
 
-/* ---- conversions of q in and of out (and fdec_merge's rows) out, a vector at a time ----
+/* ---- q (and fdec_merge's input rows) converted to f32, and out from f32, a vector at a time ----
  * One element at a time through fdec_f16_to_f32 / fdec_f32_to_f16 these took ~115 us of a 1k call of the Gemma 4 full
  * layer with f16 q and out (455 against 338 us with f32: bench/NOTES.md, CPU log row 59). The results are the scalar
  * functions' bits: the hardware f16 conversions round to nearest even as they do (a NaN's payload aside, which

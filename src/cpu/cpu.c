@@ -274,9 +274,7 @@ typedef struct {
     const fdec_problem *p;
     const void *q;          /* the caller's q */
     float *qs;              /* runs copies of q, H x Dp floats each */
-    fdec_cpu_chunk_fn chunk;
-    fdec_cpu_cvt_in_fn cvt_in;
-    fdec_cpu_cvt_out_fn cvt_out;
+    const cpu_impl *c;      /* the path's kernel and conversions */
     float *m, *l, *o, *sT;
     uint32_t runs;   /* tasks: one run of chunks each */
     run_word *run;
@@ -289,7 +287,7 @@ typedef struct {
 /* Chunk c into its partial state; the rows of the positions up to pf_end may be asked for ahead. */
 static void run_one(const run_ctx *r, const fdec_cpu_args *a, uint32_t c, uint64_t pf_end, int ramp) {
     const fdec_cpu_range rg = {r->bound[c], r->bound[c + 1], pf_end, ramp};
-    r->chunk(a, &rg, r->m + (size_t)c * a->H, r->l + (size_t)c * a->H,
+    r->c->chunk(a, &rg, r->m + (size_t)c * a->H, r->l + (size_t)c * a->H,
              r->o + (size_t)c * a->H * fdec_cpu_padded_dim(a->D), r->sT + (size_t)c * a->H * FDEC_CPU_NB);
 }
 
@@ -319,7 +317,14 @@ static int steal(const run_ctx *r, uint32_t self) {
     }
 }
 
-static void load_q(const fdec_problem *p, const void *q, float *qs, fdec_cpu_cvt_in_fn cvt);
+/* q [H][D] of type qt into qs [H][Dp] f32, times scale, zero-padded */
+static void load_q(const fdec_problem *p, const void *q, float *qs, fdec_cpu_cvt_in_fn cvt) {
+    const uint32_t Dp = fdec_cpu_padded_dim(p->D);
+    for (uint32_t h = 0; h < p->H; h++) {
+        cvt(qs + (size_t)h * Dp, (const char *)q + (size_t)h * p->D * fdec_dtype_size(p->qt), p->D, p->qt, p->scale);
+        for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
+    }
+}
 
 /* Task i: run i's chunks, front first, then whatever it can steal. Each chunk is claimed by moving its run's front
  * past it; the rows asked for ahead reach to the end of the run as it stands. */
@@ -332,7 +337,7 @@ static void run_task(void *arg, uint32_t i, uint32_t n) {
      * bench/NOTES.md, CPU log row 56) */
     fdec_cpu_args a = *r->a;
     float *qs = r->qs + (size_t)i * a.H * fdec_cpu_padded_dim(a.D);
-    load_q(r->p, r->q, qs, r->cvt_in);
+    load_q(r->p, r->q, qs, r->c->cvt_in);
     a.q = qs;
     _Atomic uint64_t *me = &r->run[i].w;
     uint64_t w = atomic_load_explicit(me, memory_order_relaxed);
@@ -352,15 +357,6 @@ static void run_task(void *arg, uint32_t i, uint32_t n) {
         run_one(r, &a, (uint32_t)f, r->bound[b], f != next || f >= asked);
         next = f + 1, asked = b;
         w = atomic_load_explicit(me, memory_order_relaxed);
-    }
-}
-
-/* q [H][D] of type qt into qs [H][Dp] f32, times scale, zero-padded */
-static void load_q(const fdec_problem *p, const void *q, float *qs, fdec_cpu_cvt_in_fn cvt) {
-    const uint32_t Dp = fdec_cpu_padded_dim(p->D);
-    for (uint32_t h = 0; h < p->H; h++) {
-        cvt(qs + (size_t)h * Dp, (const char *)q + (size_t)h * p->D * fdec_dtype_size(p->qt), p->D, p->qt, p->scale);
-        for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
     }
 }
 
@@ -405,7 +401,7 @@ static void merge_task(void *arg, uint32_t i, uint32_t n) {
             const float *oc = r->o + ((size_t)c * p->H + h) * Dp, wc = w[c];
             for (uint32_t d = 0; d < p->D; d++) acc[d] += wc * oc[d];
         }
-        finish_row(acc, p->D, M, L, (char *)out + (size_t)h * p->D * es, p->ot, lse ? lse + h : NULL, r->cvt_out);
+        finish_row(acc, p->D, M, L, (char *)out + (size_t)h * p->D * es, p->ot, lse ? lse + h : NULL, r->c->cvt_out);
     }
 }
 
@@ -465,8 +461,8 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     if (st) return st;
     char *base = c->scratch;
     fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, NULL, pf_distance(c, p->D)};
-    run_ctx r = {&a, p, q, (float *)(base + L.q), c->chunk, c->cvt_in, c->cvt_out, (float *)(base + L.m), (float *)(base + L.l),
-                 (float *)(base + L.o), (float *)(base + L.s), runs, run, bound, nc, out, lse};
+    run_ctx r = {&a, p, q, (float *)(base + L.q), c, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
+                 (float *)(base + L.s), runs, run, bound, nc, out, lse};
     for (uint32_t i = 0; i < runs; i++) atomic_init(&run[i].w, run_pack(first[i], first[i + 1]));
     run_tasks(c, run_task, &r, runs);
     run_tasks(c, merge_task, &r, runs < p->H ? runs : p->H); /* a one-chunk call has one run: one task */

@@ -50,13 +50,15 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 NCCL_H  := $(if $(filter 1,$(CUDA)),$(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)))
 SP_LIB  := $(if $(NCCL_H),$(BUILD)/libflashdec_nccl.so)
 SP_TEST := $(if $(NCCL_H),$(BUILD)/tests/test_sp)
+# The CUDA fuzz harness's plain driver (make fuzz-cuda); `make test` builds it and runs it briefly.
+FUZZ_DRIVER := $(if $(filter 1,$(CUDA)),$(BUILD)/fuzz_decode_cuda_driver)
 # Objects depend on the flags they were built with: a changed CC, CFLAGS or CUDA rebuilds everything.
 FLAGS_STAMP := $(BUILD)/flags.txt
 FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib test test-cuda test-python sanitize fuzz demo bench install clean
+.PHONY: all lib test test-cuda test-python sanitize fuzz fuzz-cuda demo bench install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec $(SP_LIB)
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/simd.h $(HDRS)
@@ -116,9 +118,10 @@ $(BUILD)/stage/readme_example: $(BUILD)/readme_example.c all
 	PKG_CONFIG_PATH=$(CURDIR)/$(BUILD)/stage/lib/pkgconfig; export PKG_CONFIG_PATH; \
 	  $(CC) -std=c11 -Wall -Wextra -Werror -o $@ $< `pkg-config --cflags --libs flashdec`
 
-test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme_example $(SP_TEST)
+test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme_example $(SP_TEST) $(FUZZ_DRIVER)
 	$(MAKE) --no-print-directory test-python
 	$(if $(SP_TEST),./$(SP_TEST),@echo "libflashdec_nccl: not built here (no nvcc or no nccl.h), its checks skipped")
+	$(if $(FUZZ_DRIVER),./$(FUZZ_DRIVER) -seconds 5 fuzz/corpus/*,@echo "fuzz_decode_cuda: not built here (no nvcc)")
 	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example \
 	    --readme-example ./$(BUILD)/stage/readme_example
 
@@ -180,6 +183,33 @@ fuzz:
 	./build/fuzz/fuzz_merge -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=4096 \
 	    -artifact_prefix=build/fuzz/merge- \
 	    build/fuzz/corpus_merge fuzz/corpus_merge
+
+# fdec_decode on the CUDA backend, each call checked against the CPU backend on the same inputs, with device buffers
+# exactly as large as the contract says (fuzz/fuzz_decode_cuda.c): libFuzzer for FUZZ_SECONDS (where clang has it), then
+# the plain driver under compute-sanitizer memcheck for FUZZ_SAN_SECONDS. Both print a skip line without a CUDA device.
+# Their coverage feedback comes from the harness alone: the library is the regular build (its argument checks are
+# fuzzed with coverage and ASan by `make fuzz`).
+FUZZ_SAN_SECONDS ?= 120
+ifeq ($(CUDA),1)
+$(BUILD)/fuzz_decode_cuda_driver: fuzz/fuzz_decode_cuda.c fuzz/fuzz_input.h $(BUILD)/libflashdec.a
+	$(CC) $(BASE) -O1 -g -DFDEC_FUZZ_DRIVER -o $@ $< $(BUILD)/libflashdec.a $(LDLIBS)
+fuzz-cuda: $(BUILD)/fuzz_decode_cuda_driver
+	@if command -v clang >/dev/null && echo 'int main(void){return 0;}' > /tmp/fdec_fuzz_probe.c && \
+	  clang -fsanitize=fuzzer-no-link -c /tmp/fdec_fuzz_probe.c -o /tmp/fdec_fuzz_probe.o 2>/dev/null; then \
+	  clang $(BASE) -O1 -g -fsanitize=fuzzer -o $(BUILD)/fuzz_decode_cuda fuzz/fuzz_decode_cuda.c \
+	    $(BUILD)/libflashdec.a $(LDLIBS) && mkdir -p $(BUILD)/fuzz_cuda_corpus && \
+	  ./$(BUILD)/fuzz_decode_cuda -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=256 \
+	    -artifact_prefix=$(BUILD)/fuzz-cuda- $(BUILD)/fuzz_cuda_corpus fuzz/corpus; \
+	else echo "fuzz-cuda: no clang with libFuzzer here, the driver alone"; \
+	  ./$(BUILD)/fuzz_decode_cuda_driver -seconds $(FUZZ_SECONDS) fuzz/corpus/*; fi
+	@if command -v compute-sanitizer >/dev/null && ./$(BUILD)/flashdec info | grep -q 'cuda device'; then \
+	  compute-sanitizer --tool memcheck --error-exitcode 1 ./$(BUILD)/fuzz_decode_cuda_driver \
+	    -seconds $(FUZZ_SAN_SECONDS) fuzz/corpus/*; \
+	else echo "fuzz-cuda: compute-sanitizer skipped (no tool or no CUDA device)"; fi
+else
+fuzz-cuda:
+	@echo "fuzz-cuda: this build has no CUDA backend (no nvcc, or CUDA=0)"
+endif
 
 demo: all
 	./$(BUILD)/flashdec demo

@@ -2,8 +2,11 @@
 #ifndef FDEC_FUZZ_INPUT_H
 #define FDEC_FUZZ_INPUT_H
 
+#include "flashdec.h"
+
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     const uint8_t *p;
@@ -11,10 +14,87 @@ typedef struct {
 } reader;
 
 /* The next `bytes` bytes, big-endian; zeros once the input runs out. */
-static uint32_t take(reader *r, unsigned bytes) {
+static inline uint32_t take(reader *r, unsigned bytes) {
     uint32_t x = 0;
     for (unsigned i = 0; i < bytes; i++) x = x << 8 | (r->n ? (r->n--, *r->p++) : 0);
     return x;
+}
+
+/* Small values most of the time, anything now and then: keeps most inputs valid and cheap. */
+static inline uint32_t pick(reader *r, uint32_t small) {
+    uint32_t sel = take(r, 1);
+    if (sel < 200) return take(r, 2) % (small + 1);
+    if (sel < 250) return take(r, 2);
+    return take(r, 4);
+}
+
+static inline size_t fuzz_elem_size(uint32_t t) { return t == FDEC_F32 ? 4 : 2; }
+
+/* One fdec_decode call read from the fuzz bytes (fuzz_decode.c, fuzz_decode_cuda.c): arbitrary layer fields (dtypes
+ * out of range too), seq_len and strides, and the sizes the contract gives its buffers. */
+typedef struct {
+    fdec_layer L;
+    uint32_t seq_len;
+    int second;                   /* run it on the harness's second context */
+    int finite;                   /* inputs made small and finite (fuzz_fill_inputs) */
+    size_t qe, kv_elems;          /* elements of q and out, and of K and V up to the last one the strides reach */
+    size_t qes, kes, oes;         /* element sizes (2 for a dtype out of range) */
+} fuzz_case;
+
+/* Reads a case; 0 when its buffers would be too large for a fuzzer to spend its time on (the call is valid but slow,
+ * or, like 65536 heads of head_dim 1, needs 100s of MB of scratch). */
+static inline int fuzz_case_read(reader *r, fuzz_case *c) {
+    fdec_layer *L = &c->L;
+    memset(c, 0, sizeof *c);
+    L->head_dim = pick(r, 520);
+    L->num_q_heads = pick(r, 16);
+    L->num_kv_heads = pick(r, 8);
+    uint32_t sc = take(r, 4);
+    memcpy(&L->scale, &sc, 4);
+    if (take(r, 1) < 128) L->scale = 0;
+    L->window = pick(r, 300);
+    L->ring_capacity = take(r, 1) < 128 ? 0 : pick(r, 300);
+    L->q_dtype = (fdec_dtype)(take(r, 1) % 4); /* 3 is out of range on purpose */
+    L->kv_dtype = (fdec_dtype)(take(r, 1) % 4);
+    L->out_dtype = (fdec_dtype)(take(r, 1) % 4);
+    L->kv_pos_stride = take(r, 1) < 128 ? 0 : pick(r, 5000);
+    L->kv_head_stride = take(r, 1) < 128 ? 0 : pick(r, 5000);
+    c->seq_len = take(r, 1) < 200 ? pick(r, 600) : take(r, 4);
+    c->second = take(r, 1) & 1;
+    const size_t D = L->head_dim, H = L->num_q_heads, G = L->num_kv_heads ? L->num_kv_heads : 1;
+    const size_t hs = L->kv_head_stride ? L->kv_head_stride : D, ps = L->kv_pos_stride ? L->kv_pos_stride : G * hs;
+    const size_t rows = L->ring_capacity ? L->ring_capacity : c->seq_len;
+    c->kv_elems = rows && D ? (rows - 1) * ps + (G - 1) * hs + D : 1;
+    c->qe = H * D != 0 ? H * D : 1;
+    if (c->kv_elems > ((size_t)1 << 18) || c->qe > ((size_t)1 << 16) || H > 1024 || (double)rows * ps > 1e6) return 0;
+    c->kes = L->kv_dtype <= FDEC_BF16 ? fuzz_elem_size(L->kv_dtype) : 2;
+    c->qes = L->q_dtype <= FDEC_BF16 ? fuzz_elem_size(L->q_dtype) : 2;
+    c->oes = L->out_dtype <= FDEC_BF16 ? fuzz_elem_size(L->out_dtype) : 2;
+    c->finite = take(r, 1) < 200;
+    return 1;
+}
+
+/* Fills dst with the remaining fuzz bytes, repeated (or a pattern when there are none). */
+static inline void fuzz_fill(uint8_t *dst, size_t n, const uint8_t *src, size_t sn, uint8_t salt) {
+    if (!sn) {
+        for (size_t i = 0; i < n; i++) dst[i] = (uint8_t)(i * 13 + salt);
+        return;
+    }
+    for (size_t i = 0; i < n; i += sn) memcpy(dst + i, src, n - i < sn ? n - i : sn);
+    for (size_t i = 0; i < n; i += 61) dst[i] ^= salt; /* K and V differ */
+}
+
+/* q, K and V from the rest of the fuzz bytes (r is not moved); with c->finite, bytes that decode to small finite
+ * values in every dtype: the top byte of each element has its exponent's top bits cleared. */
+static inline void fuzz_fill_inputs(const reader *r, const fuzz_case *c, uint8_t *q, uint8_t *k, uint8_t *v) {
+    fuzz_fill(q, c->qe * c->qes, r->p, r->n, 1);
+    fuzz_fill(k, c->kv_elems * c->kes, r->p, r->n, 2);
+    fuzz_fill(v, c->kv_elems * c->kes, r->p, r->n, 3);
+    if (c->finite) {
+        for (size_t i = 0; i < c->qe * c->qes; i++) q[i] &= (i % c->qes == c->qes - 1) ? 0x3b : 0xff;
+        for (size_t i = 0; i < c->kv_elems * c->kes; i++)
+            if (i % c->kes == c->kes - 1) k[i] &= 0x3b, v[i] &= 0x3b;
+    }
 }
 
 #endif

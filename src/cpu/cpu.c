@@ -218,7 +218,7 @@ static layout scratch_layout(const fdec_problem *p, uint32_t nc, uint32_t nq) {
     L.l = ALIGN64(L.m + (size_t)nc * p->H * F);
     L.o = ALIGN64(L.l + (size_t)nc * p->H * F);
     L.s = ALIGN64(L.o + (size_t)nc * p->H * Dp * F);
-    L.total = ALIGN64(L.s + (size_t)nc * p->H * FDEC_CPU_NB * F);
+    L.total = ALIGN64(L.s + (size_t)nc * fdec_cpu_work_floats(p->H, p->D) * F);
     return L;
 }
 
@@ -288,7 +288,8 @@ typedef struct {
 static void run_one(const run_ctx *r, const fdec_cpu_args *a, uint32_t c, uint64_t pf_end, int ramp) {
     const fdec_cpu_range rg = {r->bound[c], r->bound[c + 1], pf_end, ramp};
     r->c->chunk(a, &rg, r->m + (size_t)c * a->H, r->l + (size_t)c * a->H,
-             r->o + (size_t)c * a->H * fdec_cpu_padded_dim(a->D), r->sT + (size_t)c * a->H * FDEC_CPU_NB);
+                r->o + (size_t)c * a->H * fdec_cpu_padded_dim(a->D),
+                r->sT + (size_t)c * fdec_cpu_work_floats(a->H, a->D));
 }
 
 static uint64_t run_pack(uint64_t front, uint64_t back) { return front << 32 | back; }

@@ -14,6 +14,20 @@
 /* head_dim rounded up to 16: the row pitch of q and o. */
 static inline uint32_t fdec_cpu_padded_dim(uint32_t D) { return (D + 15) / 16 * 16; }
 
+/* Blocks a chunk's o and l sum over before those sums are added to the chunk's totals. One running sum over a whole
+ * chunk piles up the rounding of adding like terms to a growing sum: with the same V at 16k positions, one thread, out
+ * came 5e-6 off V (1.4e-5 at 131k); summed a group of 32 blocks (1,024 positions) at a time, 4.4e-7 (6.8e-7), at no
+ * cost in time (bench/NOTES.md, CPU log row 62). */
+#ifndef FDEC_CPU_GROUP_BLOCKS
+#define FDEC_CPU_GROUP_BLOCKS 32
+#endif
+
+/* Floats of work (sT) one kernel call needs for H heads: a block's scores of every head (H x NB), then for each head
+ * the totals of the groups before the current one (Dp floats of o, then l, padded to Dp + 16). */
+static inline size_t fdec_cpu_work_floats(uint32_t H, uint32_t D) {
+    return (size_t)H * (FDEC_CPU_NB + fdec_cpu_padded_dim(D) + 16);
+}
+
 typedef struct {
     uint32_t D, H, G, R;     /* Dp below: fdec_cpu_padded_dim(D), the row pitch of q and o */
     size_t ps, hs;           /* element strides */
@@ -37,8 +51,8 @@ typedef struct {
     int ramp;
 } fdec_cpu_range;
 
-/* Partial state of all H heads over the positions of r: m[H], l[H], o[H][Dp]. sT: H * NB floats of work (the scores
- * of a block, every KV head's with FDEC_CPU_ROWMAJOR, kern.h). */
+/* Partial state of all H heads over the positions of r: m[H], l[H], o[H][Dp]. sT: fdec_cpu_work_floats(H, D) floats
+ * of work (the scores of a block, every KV head's with FDEC_CPU_ROWMAJOR, and the earlier groups' totals: kern.h). */
 typedef void (*fdec_cpu_chunk_fn)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *m, float *l, float *o,
                                   float *sT);
 

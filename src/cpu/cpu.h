@@ -14,10 +14,11 @@
 /* head_dim rounded up to 16: the row pitch of q and o. */
 static inline uint32_t fdec_cpu_padded_dim(uint32_t D) { return (D + 15) / 16 * 16; }
 
-/* Blocks a chunk's o and l sum over before those sums are added to the chunk's totals. One running sum over a whole
- * chunk piles up the rounding of adding like terms to a growing sum: with the same V at 16k positions, one thread, out
- * came 5e-6 off V (1.4e-5 at 131k); summed a group of 32 blocks (1,024 positions) at a time, 4.4e-7 (6.8e-7), at no
- * cost in time (bench/NOTES.md, CPU log row 62). */
+/* o and l are summed in three levels: a block's positions (from zero in the output tile's registers), the blocks of a
+ * group of FDEC_CPU_GROUP_BLOCKS, then the groups. One running sum over a whole chunk piles up the rounding of adding
+ * like terms to a growing sum: with the same V at every position, one thread, out came 1.5e-6 off V at 1,000 positions,
+ * 5e-6 at 16k and 1.4e-5 at 131k; in levels 4.4e-7, 3.6e-7 and 6.9e-7, at no cost in time (bench/NOTES.md, CPU log
+ * row 62). */
 #ifndef FDEC_CPU_GROUP_BLOCKS
 #define FDEC_CPU_GROUP_BLOCKS 32
 #endif

@@ -10,7 +10,8 @@
  *   2. updates the running max / sum per head and turns scores into weights p = exp(s - m) (vexp);
  *   3. accumulates o[h] += p[h][j] * V[j] for the block, each V element loaded once for the HT heads of a
  *      tile, the HT x DT output accumulators held in registers across the whole block.
- * o and l are summed a group of FDEC_CPU_GROUP_BLOCKS blocks at a time, the groups' sums then added up (cpu.h).
+ * o and l are summed in three levels: a block's positions, the blocks of a group of FDEC_CPU_GROUP_BLOCKS, the groups
+ * (cpu.h).
  * Where a KV head's part of a row is 512 bytes or more and feeds at most 4 query heads, step 1 runs first for every
  * KV head, JR rows at a time (qk_rowmajor), so that a block's K rows are read in address order; steps 2 and 3 then
  * run head by head (FDEC_CPU_ROWMAJOR).
@@ -187,7 +188,7 @@ ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const fl
                            const uint32_t HT, const uint32_t DT) {
     V acc[8][8];
     for (uint32_t h = 0; h < HT; h++)
-        for (uint32_t t = 0; t < DT; t++) acc[h][t] = vloadf(o + (size_t)h * Dp + d0 + t * VW);
+        for (uint32_t t = 0; t < DT; t++) acc[h][t] = vzero(); /* the block's sums, added to o at the end */
     const size_t es = fdec_dtype_size(T);
     /* the lines of the next block's rows that begin in this tile's strip of dimensions: every tile asks for its
      * own, so the prefetches are spread over the tiles (bench/NOTES.md, CPU row 17), and a line shared by several
@@ -206,7 +207,10 @@ ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const fl
             for (uint32_t t = 0; t < DT; t++) acc[h][t] = vfma_bcast(sT + (size_t)h * NB + j, vv[t], acc[h][t]);
     }
     for (uint32_t h = 0; h < HT; h++)
-        for (uint32_t t = 0; t < DT; t++) vstoref(o + (size_t)h * Dp + d0 + t * VW, acc[h][t]);
+        for (uint32_t t = 0; t < DT; t++) {
+            float *op = o + (size_t)h * Dp + d0 + t * VW;
+            vstoref(op, vadd(vloadf(op), acc[h][t]));
+        }
 }
 
 /* All d-vectors of HT heads, in register tiles of DT vectors (largest first). */

@@ -193,7 +193,7 @@ FUZZ_SAN_SECONDS ?= 120
 ifeq ($(CUDA),1)
 $(BUILD)/fuzz_decode_cuda_driver: fuzz/fuzz_decode_cuda.c fuzz/fuzz_input.h $(BUILD)/libflashdec.a
 	$(CC) $(BASE) -O1 -g -DFDEC_FUZZ_DRIVER -o $@ $< $(BUILD)/libflashdec.a $(LDLIBS)
-fuzz-cuda: $(BUILD)/fuzz_decode_cuda_driver
+fuzz-cuda: all $(BUILD)/fuzz_decode_cuda_driver
 	@if command -v clang >/dev/null && echo 'int main(void){return 0;}' > /tmp/fdec_fuzz_probe.c && \
 	  clang -fsanitize=fuzzer-no-link -c /tmp/fdec_fuzz_probe.c -o /tmp/fdec_fuzz_probe.o 2>/dev/null; then \
 	  clang $(BASE) -O1 -g -fsanitize=fuzzer -o $(BUILD)/fuzz_decode_cuda fuzz/fuzz_decode_cuda.c \

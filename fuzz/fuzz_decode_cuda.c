@@ -17,6 +17,7 @@
  * -DFDEC_FUZZ_HOST rehearses the checks without a GPU (below).
  */
 #include "flashdec.h"
+#include "../src/internal.h" /* fdec_load_elem */
 #include "fuzz_input.h"
 
 #include <math.h>
@@ -83,24 +84,8 @@ static void setup(void) {
     if (fdec_context_create(FDEC_BACKEND_CPU, &o, &cpu)) FAIL("CPU context: %s", fdec_last_error());
 }
 
-static double elem(const uint8_t *p, size_t i, fdec_dtype t) {
-    if (t == FDEC_F32) {
-        float f;
-        memcpy(&f, p + 4 * i, 4);
-        return f;
-    }
-    uint16_t h;
-    memcpy(&h, p + 2 * i, 2);
-    if (t == FDEC_BF16) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    const int e = h >> 10 & 31, m = h & 1023;
-    const double x = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
-    return h >> 15 ? -x : x;
-}
+/* element i of p, of type t, as the library reads it */
+static double elem(const uint8_t *p, size_t i, fdec_dtype t) { return fdec_load_elem(p, i, t); }
 
 /* The largest logit's size, as fd_tolerance measures it: max over heads of |scale| * sum_d |q| * max |K|. */
 static double logit_size(const fuzz_case *c, const uint8_t *q, const uint8_t *k) {

@@ -134,33 +134,18 @@ const char *fdec_cpu_path_name(fdec_cpu_path p) {
     }
 }
 
-static fdec_cpu_chunk_fn path_kernel(fdec_cpu_path p) {
+/* The path's kernel and conversions into c. */
+static void path_functions(fdec_cpu_path p, cpu_impl *c) {
     switch (p) {
 #ifdef FDEC_X86
-    case FDEC_CPU_AVX2: return fdec_cpu_chunk_avx2;
-    case FDEC_CPU_AVX512: return fdec_cpu_chunk_avx512;
+    case FDEC_CPU_AVX2:
+        c->chunk = fdec_cpu_chunk_avx2, c->cvt_in = fdec_cpu_cvt_in_avx2, c->cvt_out = fdec_cpu_cvt_out_avx2;
+        break;
+    case FDEC_CPU_AVX512:
+        c->chunk = fdec_cpu_chunk_avx512, c->cvt_in = fdec_cpu_cvt_in_avx512, c->cvt_out = fdec_cpu_cvt_out_avx512;
+        break;
 #endif
-    default: return fdec_cpu_chunk_scalar;
-    }
-}
-
-static fdec_cpu_cvt_in_fn path_cvt_in(fdec_cpu_path p) {
-    switch (p) {
-#ifdef FDEC_X86
-    case FDEC_CPU_AVX2: return fdec_cpu_cvt_in_avx2;
-    case FDEC_CPU_AVX512: return fdec_cpu_cvt_in_avx512;
-#endif
-    default: return fdec_cpu_cvt_in_scalar;
-    }
-}
-
-static fdec_cpu_cvt_out_fn path_cvt_out(fdec_cpu_path p) {
-    switch (p) {
-#ifdef FDEC_X86
-    case FDEC_CPU_AVX2: return fdec_cpu_cvt_out_avx2;
-    case FDEC_CPU_AVX512: return fdec_cpu_cvt_out_avx512;
-#endif
-    default: return fdec_cpu_cvt_out_scalar;
+    default: c->chunk = fdec_cpu_chunk_scalar, c->cvt_in = fdec_cpu_cvt_in_scalar, c->cvt_out = fdec_cpu_cvt_out_scalar;
     }
 }
 
@@ -209,7 +194,7 @@ typedef struct {
     size_t q, m, l, o, s, total; /* byte offsets into the scratch */
 } layout;
 
-/* nc partial states; nq copies of q, one a run (run_task) */
+/* nc partial states; nq copies of q and nq kernel work areas, one each a run (run_task) */
 static layout scratch_layout(const fdec_problem *p, uint32_t nc, uint32_t nq) {
     const size_t Dp = fdec_cpu_padded_dim(p->D), F = sizeof(float);
     layout L;
@@ -218,7 +203,7 @@ static layout scratch_layout(const fdec_problem *p, uint32_t nc, uint32_t nq) {
     L.l = ALIGN64(L.m + (size_t)nc * p->H * F);
     L.o = ALIGN64(L.l + (size_t)nc * p->H * F);
     L.s = ALIGN64(L.o + (size_t)nc * p->H * Dp * F);
-    L.total = ALIGN64(L.s + (size_t)nc * fdec_cpu_work_floats(p->H, p->D) * F);
+    L.total = ALIGN64(L.s + (size_t)nq * fdec_cpu_work_floats(p->H, p->D) * F);
     return L;
 }
 
@@ -275,7 +260,8 @@ typedef struct {
     const void *q;          /* the caller's q */
     float *qs;              /* runs copies of q, H x Dp floats each */
     const cpu_impl *c;      /* the path's kernel and conversions */
-    float *m, *l, *o, *sT;
+    float *m, *l, *o; /* the chunks' partial states */
+    float *work;      /* the kernel's work area, one a run (fdec_cpu_work_floats) */
     uint32_t runs;   /* tasks: one run of chunks each */
     run_word *run;
     const uint64_t *bound; /* chunk c is positions [bound[c], bound[c + 1]) */
@@ -284,12 +270,12 @@ typedef struct {
     float *lse;
 } run_ctx;
 
-/* Chunk c into its partial state; the rows of the positions up to pf_end may be asked for ahead. */
-static void run_one(const run_ctx *r, const fdec_cpu_args *a, uint32_t c, uint64_t pf_end, int ramp) {
+/* Chunk c into its partial state, with the work area of the run that runs it; the rows of the positions up to pf_end
+ * may be asked for ahead. */
+static void run_one(const run_ctx *r, const fdec_cpu_args *a, uint32_t c, uint64_t pf_end, int ramp, float *work) {
     const fdec_cpu_range rg = {r->bound[c], r->bound[c + 1], pf_end, ramp};
     r->c->chunk(a, &rg, r->m + (size_t)c * a->H, r->l + (size_t)c * a->H,
-                r->o + (size_t)c * a->H * fdec_cpu_padded_dim(a->D),
-                r->sT + (size_t)c * fdec_cpu_work_floats(a->H, a->D));
+                r->o + (size_t)c * a->H * fdec_cpu_padded_dim(a->D), work);
 }
 
 static uint64_t run_pack(uint64_t front, uint64_t back) { return front << 32 | back; }
@@ -340,6 +326,7 @@ static void run_task(void *arg, uint32_t i, uint32_t n) {
     float *qs = r->qs + (size_t)i * a.H * fdec_cpu_padded_dim(a.D);
     load_q(r->p, r->q, qs, r->c->cvt_in);
     a.q = qs;
+    float *work = r->work + (size_t)i * fdec_cpu_work_floats(a.H, a.D); /* each chunk it runs, stolen ones too */
     _Atomic uint64_t *me = &r->run[i].w;
     uint64_t w = atomic_load_explicit(me, memory_order_relaxed);
     /* the chunk after the last one this thread ran, and the end of the rows asked for ahead then (a chunk index):
@@ -355,7 +342,7 @@ static void run_task(void *arg, uint32_t i, uint32_t n) {
         if (!atomic_compare_exchange_weak_explicit(me, &w, run_pack(f + 1, b), memory_order_relaxed,
                                                    memory_order_relaxed))
             continue; /* a thief moved the back: w holds the word now */
-        run_one(r, &a, (uint32_t)f, r->bound[b], f != next || f >= asked);
+        run_one(r, &a, (uint32_t)f, r->bound[b], f != next || f >= asked, work);
         next = f + 1, asked = b;
         w = atomic_load_explicit(me, memory_order_relaxed);
     }
@@ -503,9 +490,7 @@ fdec_status fdec_cpu_create(const fdec_options *o, void **impl, const fdec_backe
     if (c->threads > 1024)
         return free(c), fdec_set_error(FDEC_EINVAL, "threads (%u) must be at most 1024", o->threads);
     c->path = path;
-    c->chunk = path_kernel(path);
-    c->cvt_in = path_cvt_in(path);
-    c->cvt_out = path_cvt_out(path);
+    path_functions(path, c);
     c->pf_blocks = fdec_cpu_pf_blocks();
     c->pfor = o->parallel_for;
     c->puser = o->parallel_user;

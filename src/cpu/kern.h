@@ -135,8 +135,7 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
  * ~110-cycle chain of dependent operations (store, reload, a horizontal max, the broadcast, e^x, a horizontal sum)
  * that took 18% of LFM2's time in L3 (bench/NOTES.md, CPU log row 41). The weights are the same as with the
  * horizontal max every block (the step before that row). */
-ALWAYS_INLINE void softmax_regs(float *s, uint32_t nb, const uint32_t NV, float *m, float *l, float *o, uint32_t Dp,
-                                float *tot) {
+ALWAYS_INLINE void softmax_regs(float *s, uint32_t nb, const uint32_t NV, float *m, float *l, float *o, uint32_t Dp) {
     V x[NB / VW > 0 ? NB / VW : 1];
     V mx = vset1(-INFINITY);
     for (uint32_t i = 0; i < NV; i++) {
@@ -167,19 +166,14 @@ ALWAYS_INLINE void softmax_regs(float *s, uint32_t nb, const uint32_t NV, float 
     const float alpha = mn == *m ? 1.0f : fdec_state_weight(*m, mn);
     *l = *l * alpha + vhsum(sum);
     *m = mn;
-    if (alpha != 1.0f) { /* o, and the earlier groups' totals (tot: o's, then l's at tot[Dp]; NULL: none yet), to the
-                          * new max */
+    if (alpha != 1.0f) {
         const V va = vset1(alpha);
         for (uint32_t d = 0; d < Dp; d += VW) vstoref(o + d, vmul(vloadf(o + d), va));
-        if (tot) {
-            for (uint32_t d = 0; d < Dp; d += VW) vstoref(tot + d, vmul(vloadf(tot + d), va));
-            tot[Dp] *= alpha;
-        }
     }
 }
-ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float *o, uint32_t Dp, float *tot) {
-    if (nb == NB) softmax_regs(s, nb, NB / VW, m, l, o, Dp, tot);
-    else softmax_regs(s, nb, (nb + VW - 1) / VW, m, l, o, Dp, tot);
+ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float *o, uint32_t Dp) {
+    if (nb == NB) softmax_regs(s, nb, NB / VW, m, l, o, Dp);
+    else softmax_regs(s, nb, (nb + VW - 1) / VW, m, l, o, Dp);
 }
 
 /* ---- 3. o[h][d0 .. d0 + DT*VW) += sum_j p[h][j] * V[j][...] for HT heads ---- */
@@ -243,25 +237,44 @@ ALWAYS_INLINE void pv_heads(const char *vb, size_t vstride, uint32_t nb, const f
 /* One block of nb <= NB rows, one KV head: kb, vb point at row 0's vector; kn, vn at the next block's (same
  * head), nn rows of them, which the first head tile asks for while it computes (see prefetch_row). State for
  * the R heads of g. */
-/* Head h's part of the earlier groups' totals (chunk_impl), or NULL while there are none. */
-#define TOT_OF(tot, h) ((tot) ? (tot) + (size_t)(h) * (Dp + 16) : NULL)
-
 /* Steps 2 and 3 of a block for the R heads of one KV head, whose scores are in sT (R rows of NB). */
 ALWAYS_INLINE void block_out(const char *vb, size_t rstride, uint32_t nb, const char *vn, uint32_t nn, uint32_t R,
-                             uint32_t Dp, float *m, float *l, float *o, float *sT, float *tot, const uint32_t D,
+                             uint32_t Dp, float *m, float *l, float *o, float *sT, const uint32_t D,
                              const fdec_dtype T) {
-    for (uint32_t h = 0; h < R; h++)
-        softmax_step(sT + (size_t)h * NB, nb, m + h, l + h, o + (size_t)h * Dp, Dp, TOT_OF(tot, h));
+    for (uint32_t h = 0; h < R; h++) softmax_step(sT + (size_t)h * NB, nb, m + h, l + h, o + (size_t)h * Dp, Dp);
     FOR_HEAD_TILES(R, h0, HT,
                    pv_heads(vb, rstride, nb, sT + (size_t)h0 * NB, o + (size_t)h0 * Dp, Dp, vn, h0 ? 0 : nn, D, T, HT));
 }
 
 ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_t nb, const char *kn,
                          const char *vn, uint32_t nn, const float *q, uint32_t R, uint32_t Dp, float *m, float *l,
-                         float *o, float *sT, float *tot, const uint32_t D, const fdec_dtype T) {
+                         float *o, float *sT, const uint32_t D, const fdec_dtype T) {
     FOR_HEAD_TILES(R, h0, HT,
                    qk_tile(kb, rstride, nb, q + (size_t)h0 * Dp, Dp, sT + (size_t)h0 * NB, kn, h0 ? 0 : nn, D, T, HT));
-    block_out(vb, rstride, nb, vn, nn, R, Dp, m, l, o, sT, tot, D, T);
+    block_out(vb, rstride, nb, vn, nn, R, Dp, m, l, o, sT, D, T);
+}
+
+/* The earlier groups' totals of each head, Dp + 16 floats apart in tot: o's in the first Dp, then l and the running
+ * max m they are relative to, like a chunk's partial state; a group is merged into them as states are (state.h), each
+ * side weighted by e^(its max - m). into_tot (a group ends): tot = tot + (o, l), or a copy of them when first; o and l
+ * start again from zero. Otherwise (the chunk ends): o, l = tot + (o, l), the chunk's state. */
+ALWAYS_INLINE void add_groups(float *tot, float *o, float *l, const float *m, uint32_t H, uint32_t Dp, int first,
+                              int into_tot) {
+    for (uint32_t h = 0; h < H; h++) {
+        float *oh = o + (size_t)h * Dp, *th = tot + (size_t)h * (Dp + 16);
+        /* first: a copy (the totals' memory holds whatever it held, maybe a NaN, which 0 x would keep) */
+        const float w = first || th[Dp + 1] == m[h] ? 1.0f : fdec_state_weight(th[Dp + 1], m[h]);
+        const V vw = vset1(w);
+        float *dst = into_tot ? th : oh;
+        for (uint32_t d = 0; d < Dp; d += VW)
+            vstoref(dst + d, first ? vloadf(oh + d) : vfma(vloadf(th + d), vw, vloadf(oh + d)));
+        const float lt = first ? l[h] : th[Dp] * w + l[h];
+        if (into_tot) {
+            for (uint32_t d = 0; d < Dp; d += VW) vstoref(oh + d, vzero());
+            th[Dp] = lt, th[Dp + 1] = m[h], l[h] = 0.0f;
+        } else
+            l[h] = lt;
+    }
 }
 
 /* 1: when a KV head's part of a row is 512 bytes or more and it feeds at most 4 query heads (the Gemma 4 sliding
@@ -309,11 +322,10 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
      * 1013 -> 998 us, bench/NOTES.md, CPU log row 40) */
     const uint32_t Dp = fdec_cpu_padded_dim(D), R = a->R;
     const size_t es = fdec_dtype_size(T), rstride = a->ps * es, hstride = a->hs * es;
-    /* o and l are the sums of the current group of FDEC_CPU_GROUP_BLOCKS blocks; tots holds each head's totals of the
-     * groups before it, Dp + 16 floats apart (o's in the first Dp, l's at Dp), and tot is NULL until the first group
-     * ends (a chunk of one group, 1024 positions, never touches them) */
-    float *const tots = sT + (size_t)a->H * NB, *tot = NULL;
-    uint32_t nblk = 0; /* blocks of the current group done */
+    /* o and l are the sums of the current group of FDEC_CPU_GROUP_BLOCKS blocks; tot holds the earlier groups' (see
+     * add_groups), untouched in a chunk of one group (1,024 positions) */
+    float *const tot = sT + (size_t)a->H * NB;
+    uint32_t nblk = 0, ngroups = 0; /* blocks of the current group done; groups in tot */
     for (uint32_t h = 0; h < a->H; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
@@ -377,38 +389,23 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
             for (uint32_t g = 0; g < a->G; g++) {
                 const size_t hq = (size_t)g * R;
                 block_out(vb + g * hstride, rstride, (uint32_t)nb, vn + g * hstride, (uint32_t)nnb, R, Dp, m + hq,
-                          l + hq, o + hq * Dp, sT + hq * NB, TOT_OF(tot, hq), D, T);
+                          l + hq, o + hq * Dp, sT + hq * NB, D, T);
             }
         } else
             for (uint32_t g = 0; g < a->G; g++) {
                 const size_t hq = (size_t)g * R;
                 if (ramp) RAMP_HEAD(g);
                 block(kb + g * hstride, vb + g * hstride, rstride, (uint32_t)nb, kn + g * hstride, vn + g * hstride,
-                      (uint32_t)nnb, a->q + hq * Dp, R, Dp, m + hq, l + hq, o + hq * Dp, sT, TOT_OF(tot, hq), D, T);
+                      (uint32_t)nnb, a->q + hq * Dp, R, Dp, m + hq, l + hq, o + hq * Dp, sT, D, T);
             }
 #undef RAMP_HEAD
         t += nb;
-        if (++nblk == FDEC_CPU_GROUP_BLOCKS && t < t1) { /* the group's sums into the totals; o and l start again */
+        if (++nblk == FDEC_CPU_GROUP_BLOCKS && t < t1) { /* the group into the totals; o and l start again */
             nblk = 0;
-            for (uint32_t h = 0; h < a->H; h++) {
-                float *oh = o + (size_t)h * Dp, *th = TOT_OF(tots, h);
-                for (uint32_t d = 0; d < Dp; d += VW) {
-                    vstoref(th + d, tot ? vadd(vloadf(th + d), vloadf(oh + d)) : vloadf(oh + d));
-                    vstoref(oh + d, vzero());
-                }
-                th[Dp] = tot ? th[Dp] + l[h] : l[h];
-                l[h] = 0.0f;
-            }
-            tot = tots;
+            add_groups(tot, o, l, m, a->H, Dp, ngroups++ == 0, 1);
         }
     }
-    if (tot) /* the state: the earlier groups' totals and the last group's sums */
-        for (uint32_t h = 0; h < a->H; h++) {
-            float *oh = o + (size_t)h * Dp;
-            const float *th = TOT_OF(tot, h);
-            for (uint32_t d = 0; d < Dp; d += VW) vstoref(oh + d, vadd(vloadf(th + d), vloadf(oh + d)));
-            l[h] = th[Dp] + l[h];
-        }
+    if (ngroups) add_groups(tot, o, l, m, a->H, Dp, 0, 0); /* the state: the totals and the last group */
 #undef BLOCK_AT
 #undef BLOCK_IN
 }

@@ -1,5 +1,6 @@
 # flashdec — see README.md. `make` builds build/libflashdec.{a,so} and build/flashdec.
-# Variables: CC, CFLAGS, CUDA=0|1 (default: 1 when nvcc is on the PATH), NVCC, CUDA_GENCODE, CUDA_L2_POLICY=0|1
+# Variables: CC, CFLAGS, CUDA=0|1 (default: 1 when nvcc is on the PATH), NVCC, CUDA_GENCODE, NVHOST (more nvcc flags, e.g. the
+# host compiler), CUDA_L2_POLICY=0|1
 # (below), PREFIX (install).
 
 CC      ?= cc
@@ -38,7 +39,7 @@ NVCC_RELEASE   := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \(
 CUDA_L2_POLICY_CHECKED := 13.0 13.5
 CUDA_L2_POLICY ?= $(if $(filter $(CUDA_L2_POLICY_CHECKED),$(NVCC_RELEASE)),1,0)
 NVFLAGS   := -O3 -std=c++17 -Xcompiler -fPIC -Iinclude $(CUDA_GENCODE) -lineinfo -Xfatbin -compress-all \
-             -DFDEC_CP_EVICT_FIRST=$(CUDA_L2_POLICY)
+             -DFDEC_CP_EVICT_FIRST=$(CUDA_L2_POLICY) $(NVHOST)
 BASE      += -DFDEC_HAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 else
@@ -186,26 +187,39 @@ fuzz:
 
 # fdec_decode on the CUDA backend, each call checked against the CPU backend on the same inputs, with device buffers
 # exactly as large as the contract says (fuzz/fuzz_decode_cuda.c): libFuzzer for FUZZ_SECONDS (where clang has it), then
-# the plain driver under compute-sanitizer memcheck for FUZZ_SAN_SECONDS. Both print a skip line without a CUDA device.
-# Their coverage feedback comes from the harness alone: the library is the regular build (its argument checks are
-# fuzzed with coverage and ASan by `make fuzz`).
+# the plain driver under compute-sanitizer memcheck for FUZZ_SAN_SECONDS. Without a CUDA device it prints a skip line.
+# The libFuzzer target links a build of the library of its own ($(BUILD)/fuzz-cuda): its C sources and the host code of
+# src/cuda/cuda.cu (nvcc with clang++ as the host compiler) carry libFuzzer's coverage and ASan + UBSan, so that the
+# fuzzer is guided by the library's branches, the CUDA backend's launch and argument code among them, and a host-side
+# memory error there stops it. (ASan needs protect_shadow_gap=0 beside the CUDA driver; leaks are `make fuzz`'s.)
 FUZZ_SAN_SECONDS ?= 120
+FUZZ_CUDA_SAN := -fsanitize=address -fsanitize=undefined -fno-sanitize=vptr -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CUDA_LIB := $(BUILD)/fuzz-cuda/libflashdec.a
 ifeq ($(CUDA),1)
 $(BUILD)/fuzz_decode_cuda_driver: fuzz/fuzz_decode_cuda.c fuzz/fuzz_input.h $(BUILD)/libflashdec.a
 	$(CC) $(BASE) -O1 -g -DFDEC_FUZZ_DRIVER -o $@ $< $(BUILD)/libflashdec.a $(LDLIBS)
 fuzz-cuda: all $(BUILD)/fuzz_decode_cuda_driver
-	@if command -v clang >/dev/null && echo 'int main(void){return 0;}' > /tmp/fdec_fuzz_probe.c && \
+	@if ! ./$(BUILD)/flashdec info | grep -q 'cuda device'; then \
+	  echo "fuzz-cuda: skipped (no CUDA device here)"; exit 0; fi; \
+	if command -v clang++ >/dev/null && echo 'int main(void){return 0;}' > /tmp/fdec_fuzz_probe.c && \
 	  clang -fsanitize=fuzzer-no-link -c /tmp/fdec_fuzz_probe.c -o /tmp/fdec_fuzz_probe.o 2>/dev/null; then \
-	  clang $(BASE) -O1 -g -fsanitize=fuzzer -o $(BUILD)/fuzz_decode_cuda fuzz/fuzz_decode_cuda.c \
-	    $(BUILD)/libflashdec.a $(LDLIBS) && mkdir -p $(BUILD)/fuzz_cuda_corpus && \
-	  ./$(BUILD)/fuzz_decode_cuda -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=256 \
-	    -artifact_prefix=$(BUILD)/fuzz-cuda- $(BUILD)/fuzz_cuda_corpus fuzz/corpus; \
+	  $(MAKE) --no-print-directory BUILD=$(BUILD)/fuzz-cuda CC=clang \
+	    CFLAGS="-O1 -g -fsanitize=fuzzer-no-link $(FUZZ_CUDA_SAN)" \
+	    NVHOST="-ccbin clang++ $(foreach f,-fsanitize=fuzzer-no-link $(FUZZ_CUDA_SAN),-Xcompiler $(f))" \
+	    $(FUZZ_CUDA_LIB) && \
+	  clang $(BASE) -O1 -g -fsanitize=fuzzer $(FUZZ_CUDA_SAN) -c fuzz/fuzz_decode_cuda.c \
+	    -o $(BUILD)/fuzz-cuda/fuzz_decode_cuda.o && \
+	  clang++ -fsanitize=fuzzer $(FUZZ_CUDA_SAN) -o $(BUILD)/fuzz_decode_cuda $(BUILD)/fuzz-cuda/fuzz_decode_cuda.o \
+	    $(FUZZ_CUDA_LIB) $(LDLIBS) && mkdir -p $(BUILD)/fuzz_cuda_corpus && \
+	  ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 ./$(BUILD)/fuzz_decode_cuda -max_total_time=$(FUZZ_SECONDS) \
+	    -print_final_stats=1 -max_len=256 -artifact_prefix=$(BUILD)/fuzz-cuda- $(BUILD)/fuzz_cuda_corpus fuzz/corpus; \
 	else echo "fuzz-cuda: no clang with libFuzzer here, the driver alone"; \
 	  ./$(BUILD)/fuzz_decode_cuda_driver -seconds $(FUZZ_SECONDS) fuzz/corpus/*; fi
-	@if command -v compute-sanitizer >/dev/null && ./$(BUILD)/flashdec info | grep -q 'cuda device'; then \
+	@if ! ./$(BUILD)/flashdec info | grep -q 'cuda device'; then :; \
+	elif command -v compute-sanitizer >/dev/null; then \
 	  compute-sanitizer --tool memcheck --error-exitcode 1 ./$(BUILD)/fuzz_decode_cuda_driver \
 	    -seconds $(FUZZ_SAN_SECONDS) fuzz/corpus/*; \
-	else echo "fuzz-cuda: compute-sanitizer skipped (no tool or no CUDA device)"; fi
+	else echo "fuzz-cuda: compute-sanitizer skipped (not found)"; fi
 else
 fuzz-cuda:
 	@echo "fuzz-cuda: this build has no CUDA backend (no nvcc, or CUDA=0)"

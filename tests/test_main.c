@@ -302,6 +302,24 @@ static void test_seed_shapes(path_ctx *pc, int npc) {
     one_case(pc, npc, "llama3-8b 128/32/8 L=2048 bf16", layer_of(128, 32, 8, 0, 0, FDEC_BF16, 0), 2048, 1.0f, 15);
 }
 
+/* Positions at the end of the 32-bit range (seq_len up to 2^32 - 1, in a ring): the last chunk of a split ends past 2^32.
+ * The CUDA kernels once worked the chunk's end out in 32 bits, so that it wrapped to a small number and the chunk's
+ * positions were left out (fuzz_decode_cuda found it at 10/2/1, window 110, seq_len 4294967295). Every kernel family:
+ * the SIMT kernel (odd head_dim, f32), the tensor-core kernel at 64 to 512, its position-strided chunks at 128. */
+static void test_position_end(path_ctx *pc, int npc) {
+    const uint32_t M = UINT32_MAX;
+    one_case(pc, npc, "32-bit end: 10/2/1 w110 ring256 f16", layer_of(10, 2, 1, 110, 256, FDEC_F16, 0), M, 1.0f, 21);
+    one_case(pc, npc, "32-bit end: 9/4/2 w333 ring400 f32", layer_of(9, 4, 2, 333, 400, FDEC_F32, 0), M - 5, 1.0f, 22);
+    one_case(pc, npc, "32-bit end: 64/8/2 w1000 ring1024 f16", layer_of(64, 8, 2, 1000, 1024, FDEC_F16, 0), M - 3,
+             1.0f, 23);
+    one_case(pc, npc, "32-bit end: 128/32/8 w700 ring1024 bf16", layer_of(128, 32, 8, 700, 1024, FDEC_BF16, 0), M,
+             1.0f, 24);
+    one_case(pc, npc, "32-bit end: 256/16/8 w1024 ring1024 f16", layer_of(256, 16, 8, 1024, 1024, FDEC_F16, 1.0f), M,
+             0.1f, 25);
+    one_case(pc, npc, "32-bit end: 512/16/2 w3000 ring4096 f16", layer_of(512, 16, 2, 3000, 4096, FDEC_F16, 1.0f),
+             M - 31, 0.05f, 26);
+}
+
 /* Lengths whose CUDA split (132 SMs, one KV head, one head tile: min(264, L / 64) chunks) lands on each side of
  * the merge kernels' limits: 16 and 17 chunks (fdec_chunk_merge_small<16> / <32>), 32 and 33 (<32> / <64>), 64 and
  * 65 (<64> / the split merge), 256 (the most). On the CPU they are seven more shapes. */
@@ -1200,6 +1218,7 @@ int main(int argc, char **argv) {
     printf("; seed %llu\n", (unsigned long long)seed);
     test_bad_input();
     test_seed_shapes(pc, npc);
+    test_position_end(pc, npc);
     test_merge_paths(pc, npc);
     test_numerics(pc, npc);
     test_nonfinite(pc, npc);

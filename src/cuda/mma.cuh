@@ -321,10 +321,11 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
      * [lo, hi) from step `chunk` on (c0 = lo, c1 = hi): at head_dim 128, at 64 (FDEC_MMA_STRIDED_D64), and in the STR
      * instance at 512 */
     constexpr bool STRIDED = FDEC_MMA_STRIDED_CHUNKS && (D == 128 || STR || (D == 64 && FDEC_MMA_STRIDED_D64));
-    const uint32_t c0 = STRIDED ? p.lo : p.lo + chunk * p.chunk_len,
-                   c1 = STRIDED ? p.hi : min(p.hi, c0 + p.chunk_len);
+    /* in 64 bits, as in the SIMT kernel: the last chunk's end may lie past 2^32 */
+    const uint64_t c0 = STRIDED ? (uint64_t)p.lo : (uint64_t)p.lo + (uint64_t)chunk * p.chunk_len,
+                   c1 = STRIDED || c0 + p.chunk_len >= p.hi ? (uint64_t)p.hi : c0 + p.chunk_len;
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
-    const uint32_t total = (c1 - c0 + NP - 1) / NP; /* steps of [c0, c1) */
+    const uint32_t total = c1 > c0 ? (uint32_t)((c1 - c0 + NP - 1) / NP) : 0; /* steps of [c0, c1) */
     const int nsteps = !STRIDED ? (int)total : total > chunk ? (int)((total - chunk + p.nc - 1) / p.nc) : 0;
     auto step_base = [&](int step) {
         return (uint64_t)c0 + ((uint64_t)step * (STRIDED ? p.nc : 1) + (STRIDED ? chunk : 0)) * NP;

@@ -302,10 +302,12 @@ static void test_seed_shapes(path_ctx *pc, int npc) {
     one_case(pc, npc, "llama3-8b 128/32/8 L=2048 bf16", layer_of(128, 32, 8, 0, 0, FDEC_BF16, 0), 2048, 1.0f, 15);
 }
 
-/* Positions at the end of the 32-bit range (seq_len up to 2^32 - 1, in a ring): the last chunk of a split ends past 2^32.
- * The CUDA kernels once worked the chunk's end out in 32 bits, so that it wrapped to a small number and the chunk's
- * positions were left out (fuzz_decode_cuda found it at 10/2/1, window 110, seq_len 4294967295). Every kernel family:
- * the SIMT kernel (odd head_dim, f32), the tensor-core kernel at 64 to 512, its position-strided chunks at 128. */
+/* Positions at the end of the 32-bit range (seq_len up to 2^32 - 1, in a ring): the last chunk of a split ends past
+ * 2^32. The CUDA kernels once worked the chunk's end out in 32 bits, so that it wrapped to a small number and the
+ * chunk's positions were left out (fuzz_decode_cuda found it at 10/2/1, window 110, seq_len 4294967295). The shapes
+ * take the SIMT kernel (odd head_dim, f32) and the tensor-core kernel at 64 to 512 (its position-strided chunks at
+ * 128); the code before the fix failed the first four on the H200 (at 256 and 512 these calls' chunks end inside the
+ * range: bench/NOTES.md, CUDA log row 70). */
 static void test_position_end(path_ctx *pc, int npc) {
     const uint32_t M = UINT32_MAX;
     one_case(pc, npc, "32-bit end: 10/2/1 w110 ring256 f16", layer_of(10, 2, 1, 110, 256, FDEC_F16, 0), M, 1.0f, 21);

@@ -606,8 +606,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         for (int i = 0; i < E; i++) o[r][i] = 0.f;
     }
 
-    /* in 64 bits: a chunk near the end of the 32-bit positions (seq_len up to 2^32 - 1) ends past 2^32 (fuzz_decode_cuda
-     * found it: seq_len 4294967295, window 110, one chunk's end wrapped to 1 and its positions were left out) */
+    /* in 64 bits: a chunk near the end of the 32-bit positions (seq_len up to 2^32 - 1) ends past 2^32
+     * (fuzz_decode_cuda found it: seq_len 4294967295, window 110, one chunk's end wrapped to 1 and its positions were
+     * left out; bench/NOTES.md, CUDA log row 70) */
     const uint64_t c0 = (uint64_t)p.lo + (uint64_t)chunk * p.chunk_len,
                    c1 = c0 + p.chunk_len < p.hi ? c0 + p.chunk_len : (uint64_t)p.hi;
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;

@@ -165,11 +165,15 @@ sanitize:
 # libFuzzer over fdec_decode / fdec_plan, then over fdec_merge, FUZZ_SECONDS each, with ASan+UBSan (clang; its
 # runtime comes from Debian if missing). The corpora grow in build/fuzz/corpus{,_merge}, seeded from fuzz/.
 FUZZ_SECONDS ?= 60
-FUZZ_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+# The fuzz builds' sanitizers, one flag each (nvcc splits an -Xcompiler value at its commas: fuzz-cuda below).
+FUZZ_SAN := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_FLAGS := -O1 -g $(FUZZ_SAN)
+# A shell test: clang builds libFuzzer targets here.
+HAVE_LIBFUZZER := echo 'int main(void){return 0;}' > /tmp/fdec_fuzz_probe.c && \
+  clang -fsanitize=fuzzer-no-link -c /tmp/fdec_fuzz_probe.c -o /tmp/fdec_fuzz_probe.o 2>/dev/null
 fuzz:
 	@command -v clang > /dev/null || (apt-get update -qq && apt-get install -y -qq clang)
-	@echo 'int main(void){return 0;}' > /tmp/fdec_fuzz_probe.c; \
-	  clang -fsanitize=fuzzer-no-link -c /tmp/fdec_fuzz_probe.c -o /tmp/fdec_fuzz_probe.o 2>/dev/null || \
+	@$(HAVE_LIBFUZZER) || \
 	  (apt-get update -qq && apt-get install -y -qq libclang-rt-dev || apt-get install -y -qq libclang-rt-14-dev)
 	$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang CUDA=0 \
 	    CFLAGS="$(FUZZ_FLAGS) -fsanitize=fuzzer-no-link" LDFLAGS="-fsanitize=address,undefined" build/fuzz/libflashdec.a
@@ -191,38 +195,38 @@ fuzz:
 # CUDA device it prints a skip line.
 #   fuzz_decode_cuda_fast: against the regular library, guided by the harness's own branches (~2,700 inputs/s on the
 #     H200; it found the chunks' 32-bit end, bench/NOTES.md CUDA log row 70);
-#   fuzz_decode_cuda: against a build of the library of its own ($(BUILD)/fuzz-cuda) whose C sources and the host code of
+#   fuzz_decode_cuda: against a build of the library of its own (build/fuzz-cuda) whose C sources and the host code of
 #     src/cuda/cuda.cu (nvcc with clang++ as the host compiler) carry libFuzzer's coverage and ASan + UBSan, so that
 #     the library's branches guide it and a host-side memory error stops it (~300 inputs/s). ASan needs
 #     protect_shadow_gap=0 beside the CUDA driver; leaks are `make fuzz`'s.
 FUZZ_SAN_SECONDS ?= 120
-FUZZ_CUDA_SAN := -fsanitize=address -fsanitize=undefined -fno-sanitize=vptr -fno-sanitize-recover=all -fno-omit-frame-pointer
-FUZZ_CUDA_LIB := $(BUILD)/fuzz-cuda/libflashdec.a
+FUZZ_CUDA_SAN := $(FUZZ_SAN) -fno-sanitize=vptr
+FUZZ_CUDA_DIR := $(BUILD)/fuzz-cuda
+HAVE_GPU := ./$(BUILD)/flashdec info | grep -q 'cuda device'
 ifeq ($(CUDA),1)
-$(BUILD)/fuzz_decode_cuda_driver: fuzz/fuzz_decode_cuda.c fuzz/fuzz_input.h $(BUILD)/libflashdec.a
-	$(CC) $(BASE) -O1 -g -DFDEC_FUZZ_DRIVER -o $@ $< $(BUILD)/libflashdec.a $(LDLIBS)
+$(BUILD)/fuzz_decode_cuda_driver: fuzz/fuzz_decode_cuda.c fuzz/fuzz_input.h $(BUILD)/tools/bench_util.o \
+                                  $(BUILD)/libflashdec.a
+	$(CC) $(BASE) -O1 -g -DFDEC_FUZZ_DRIVER -o $@ $< $(BUILD)/tools/bench_util.o $(BUILD)/libflashdec.a $(LDLIBS)
 fuzz-cuda: all $(BUILD)/fuzz_decode_cuda_driver
-	@if ! ./$(BUILD)/flashdec info | grep -q 'cuda device'; then \
-	  echo "fuzz-cuda: skipped (no CUDA device here)"; exit 0; fi; \
-	if command -v clang++ >/dev/null && echo 'int main(void){return 0;}' > /tmp/fdec_fuzz_probe.c && \
-	  clang -fsanitize=fuzzer-no-link -c /tmp/fdec_fuzz_probe.c -o /tmp/fdec_fuzz_probe.o 2>/dev/null; then \
-	  $(MAKE) --no-print-directory BUILD=$(BUILD)/fuzz-cuda CC=clang \
+	@if ! $(HAVE_GPU); then echo "fuzz-cuda: skipped (no CUDA device here)"; exit 0; fi; \
+	if command -v clang++ >/dev/null && $(HAVE_LIBFUZZER); then \
+	  $(MAKE) --no-print-directory BUILD=$(FUZZ_CUDA_DIR) CC=clang \
 	    CFLAGS="-O1 -g -fsanitize=fuzzer-no-link $(FUZZ_CUDA_SAN)" \
 	    NVHOST="-ccbin clang++ $(foreach f,-fsanitize=fuzzer-no-link $(FUZZ_CUDA_SAN),-Xcompiler $(f))" \
-	    $(FUZZ_CUDA_LIB) && \
+	    $(FUZZ_CUDA_DIR)/libflashdec.a $(FUZZ_CUDA_DIR)/tools/bench_util.o && \
 	  clang $(BASE) -O1 -g -fsanitize=fuzzer $(FUZZ_CUDA_SAN) -c fuzz/fuzz_decode_cuda.c \
-	    -o $(BUILD)/fuzz-cuda/fuzz_decode_cuda.o && \
-	  clang++ -fsanitize=fuzzer $(FUZZ_CUDA_SAN) -o $(BUILD)/fuzz_decode_cuda $(BUILD)/fuzz-cuda/fuzz_decode_cuda.o \
-	    $(FUZZ_CUDA_LIB) $(LDLIBS) && \
+	    -o $(FUZZ_CUDA_DIR)/fuzz_decode_cuda.o && \
+	  clang++ -fsanitize=fuzzer $(FUZZ_CUDA_SAN) -o $(BUILD)/fuzz_decode_cuda $(FUZZ_CUDA_DIR)/fuzz_decode_cuda.o \
+	    $(FUZZ_CUDA_DIR)/tools/bench_util.o $(FUZZ_CUDA_DIR)/libflashdec.a $(LDLIBS) && \
 	  clang $(BASE) -O1 -g -fsanitize=fuzzer -o $(BUILD)/fuzz_decode_cuda_fast fuzz/fuzz_decode_cuda.c \
-	    $(BUILD)/libflashdec.a $(LDLIBS) && mkdir -p $(BUILD)/fuzz_cuda_corpus && \
+	    $(BUILD)/tools/bench_util.o $(BUILD)/libflashdec.a $(LDLIBS) && mkdir -p $(BUILD)/fuzz_cuda_corpus && \
 	  ./$(BUILD)/fuzz_decode_cuda_fast -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=256 \
 	    -artifact_prefix=$(BUILD)/fuzz-cuda-fast- $(BUILD)/fuzz_cuda_corpus fuzz/corpus && \
 	  ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 ./$(BUILD)/fuzz_decode_cuda -max_total_time=$(FUZZ_SECONDS) \
 	    -print_final_stats=1 -max_len=256 -artifact_prefix=$(BUILD)/fuzz-cuda- $(BUILD)/fuzz_cuda_corpus fuzz/corpus; \
 	else echo "fuzz-cuda: no clang with libFuzzer here, the driver alone"; \
 	  ./$(BUILD)/fuzz_decode_cuda_driver -seconds $(FUZZ_SECONDS) fuzz/corpus/*; fi
-	@if ! ./$(BUILD)/flashdec info | grep -q 'cuda device'; then :; \
+	@if ! $(HAVE_GPU); then :; \
 	elif command -v compute-sanitizer >/dev/null; then \
 	  compute-sanitizer --tool memcheck --error-exitcode 1 ./$(BUILD)/fuzz_decode_cuda_driver \
 	    -seconds $(FUZZ_SAN_SECONDS) fuzz/corpus/*; \

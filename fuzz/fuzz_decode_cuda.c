@@ -18,6 +18,7 @@
  */
 #include "flashdec.h"
 #include "../src/internal.h" /* fdec_load_elem */
+#include "../tools/bench_util.h" /* fd_tolerance_of, fd_lse_tolerance_of */
 #include "fuzz_input.h"
 
 #include <math.h>
@@ -84,17 +85,15 @@ static void setup(void) {
     if (fdec_context_create(FDEC_BACKEND_CPU, &o, &cpu)) FAIL("CPU context: %s", fdec_last_error());
 }
 
-/* element i of p, of type t, as the library reads it */
-static double elem(const uint8_t *p, size_t i, fdec_dtype t) { return fdec_load_elem(p, i, t); }
-
-/* The largest logit's size, as fd_tolerance measures it: max over heads of |scale| * sum_d |q| * max |K|. */
+/* A bound on the largest |logit| (fd_tolerance takes the largest itself, from the reference): max over heads of
+ * |scale| * sum_d |q| * max |K|. */
 static double logit_size(const fuzz_case *c, const uint8_t *q, const uint8_t *k) {
     const fdec_layer *L = &c->L;
     double kmax = 0, mx = 0;
-    for (size_t i = 0; i < c->kv_elems; i++) kmax = fmax(kmax, fabs(elem(k, i, L->kv_dtype)));
+    for (size_t i = 0; i < c->kv_elems; i++) kmax = fmax(kmax, fabs(fdec_load_elem(k, i, L->kv_dtype)));
     for (size_t h = 0; h < L->num_q_heads; h++) {
         double s = 0;
-        for (size_t d = 0; d < L->head_dim; d++) s += fabs(elem(q, h * L->head_dim + d, L->q_dtype));
+        for (size_t d = 0; d < L->head_dim; d++) s += fabs(fdec_load_elem(q, h * L->head_dim + d, L->q_dtype));
         mx = fmax(mx, s);
     }
     const double scale = L->scale != 0 ? fabs((double)L->scale) : 1 / sqrt((double)L->head_dim);
@@ -162,18 +161,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         n_compared++;
         /* V's largest element bounds out; the tolerance of tools/bench_util.c relative to it, twice */
         double vmax = 0;
-        for (size_t i = 0; i < c.kv_elems; i++) vmax = fmax(vmax, fabs(elem(v, i, L.kv_dtype)));
+        for (size_t i = 0; i < c.kv_elems; i++) vmax = fmax(vmax, fabs(fdec_load_elem(v, i, L.kv_dtype)));
         const double S = logit_size(&c, q, k);
-        const double base = L.out_dtype == FDEC_F32 ? 2e-6 : L.out_dtype == FDEC_F16 ? 1.0e-3 : 8.0e-3;
-        const double tol = 2 * (base + 3e-8 * S * sqrt((double)L.head_dim)) * fmax(vmax, 1e-30) + 1e-30;
+        const double tol = 2 * fd_tolerance_of(L.out_dtype, L.head_dim, S) * fmax(vmax, 1e-30) + 1e-30;
         for (size_t i = 0; i < (size_t)L.num_q_heads * L.head_dim; i++) {
-            const double a = elem(out, i, L.out_dtype), b = elem(cout, i, L.out_dtype);
+            const double a = fdec_load_elem(out, i, L.out_dtype), b = fdec_load_elem(cout, i, L.out_dtype);
             if (!(fabs(a - b) <= tol) && !(isnan(a) && isnan(b)))
                 FAIL("%s: out[%zu] = %.9g on the GPU, %.9g on the CPU (tolerance %.3g)", layer_desc, i, a, b, tol);
         }
         if (want_lse)
             for (size_t h = 0; h < L.num_q_heads; h++)
-                if (!(fabs((double)lse[h] - clse[h]) <= 2 * (1 + fabs((double)clse[h])) * (1e-5 + 1e-7 * S)) &&
+                if (!(fabs((double)lse[h] - clse[h]) <= 2 * (1 + fabs((double)clse[h])) * fd_lse_tolerance_of(S)) &&
                     !(isnan(lse[h]) && isnan(clse[h])))
                     FAIL("%s: lse[%zu] = %.9g on the GPU, %.9g on the CPU", layer_desc, h, lse[h], clse[h]);
     }

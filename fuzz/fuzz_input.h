@@ -28,6 +28,7 @@ static inline uint32_t pick(reader *r, uint32_t small) {
     return take(r, 4);
 }
 
+/* 4 for f32, else 2 (a dtype out of range too) */
 static inline size_t fuzz_elem_size(uint32_t t) { return t == FDEC_F32 ? 4 : 2; }
 
 /* One fdec_decode call read from the fuzz bytes (fuzz_decode.c, fuzz_decode_cuda.c): arbitrary layer fields (dtypes
@@ -67,9 +68,7 @@ static inline int fuzz_case_read(reader *r, fuzz_case *c) {
     c->kv_elems = rows && D ? (rows - 1) * ps + (G - 1) * hs + D : 1;
     c->qe = H * D != 0 ? H * D : 1;
     if (c->kv_elems > ((size_t)1 << 18) || c->qe > ((size_t)1 << 16) || H > 1024 || (double)rows * ps > 1e6) return 0;
-    c->kes = L->kv_dtype <= FDEC_BF16 ? fuzz_elem_size(L->kv_dtype) : 2;
-    c->qes = L->q_dtype <= FDEC_BF16 ? fuzz_elem_size(L->q_dtype) : 2;
-    c->oes = L->out_dtype <= FDEC_BF16 ? fuzz_elem_size(L->out_dtype) : 2;
+    c->kes = fuzz_elem_size(L->kv_dtype), c->qes = fuzz_elem_size(L->q_dtype), c->oes = fuzz_elem_size(L->out_dtype);
     c->finite = take(r, 1) < 200;
     return 1;
 }

@@ -111,12 +111,16 @@ void fd_reference(fd_problem *pr, double *out, double *lse) {
  *  - the output's own rounding: 2^-11 for f16 and 2^-8 for bf16, twice; f32 accumulation 2e-6;
  *  - a logit of size S computed in f32 carries an error of about S * 2^-24 * sqrt(head_dim) which moves
  *    the weights by that much relatively: 3e-8 * S * sqrt(D) covers it (measured: under a tenth of that). */
-double fd_tolerance(const fd_problem *pr) {
-    double base = pr->p.ot == FDEC_F32 ? 2e-6 : pr->p.ot == FDEC_F16 ? 1.0e-3 : 8.0e-3;
-    return base + 3e-8 * pr->max_logit * sqrt((double)pr->p.D);
+double fd_tolerance_of(fdec_dtype out_dtype, uint32_t D, double max_logit) {
+    double base = out_dtype == FDEC_F32 ? 2e-6 : out_dtype == FDEC_F16 ? 1.0e-3 : 8.0e-3;
+    return base + 3e-8 * max_logit * sqrt((double)D);
 }
 
-double fd_lse_tolerance(const fd_problem *pr) { return 1e-5 + 1e-7 * pr->max_logit; }
+double fd_lse_tolerance_of(double max_logit) { return 1e-5 + 1e-7 * max_logit; }
+
+double fd_tolerance(const fd_problem *pr) { return fd_tolerance_of(pr->p.ot, pr->p.D, pr->max_logit); }
+
+double fd_lse_tolerance(const fd_problem *pr) { return fd_lse_tolerance_of(pr->max_logit); }
 
 double fd_out_error(const fd_problem *pr, const void *out, const double *ref) {
     double e = 0;

@@ -53,6 +53,11 @@ double fd_tolerance(const fd_problem *pr);
 /* Allowed lse error (relative to 1 + |lse|): f32 rounding plus the logit-size term of fd_tolerance. */
 double fd_lse_tolerance(const fd_problem *pr);
 
+/* The same two for a call described by its out dtype, head_dim and largest |logit| (fuzz/fuzz_decode_cuda.c, which
+ * has no fd_problem). */
+double fd_tolerance_of(fdec_dtype out_dtype, uint32_t D, double max_logit);
+double fd_lse_tolerance_of(double max_logit);
+
 /* Largest |out - ref| (NaN/unwritten elements give +inf) and the largest lse error (lse may be NULL). */
 double fd_out_error(const fd_problem *pr, const void *out, const double *ref);
 double fd_lse_error(const fd_problem *pr, const float *lse, const double *ref_lse);

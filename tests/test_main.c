@@ -324,6 +324,17 @@ static void test_position_end(path_ctx *pc, int npc) {
              0.05f, 26);
 }
 
+/* Long chunks for the CUDA SIMT kernel: in each call a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS (128) rows
+ * of its chunk, so the kernel adds its block sums (kernels.cuh). On an H200 the split gives 1/28/1 19 chunks of 3,616
+ * positions (~900 rows a lane group), 128/8/1 132 chunks of 993 (~250) and 100/32/8 3 chunks of 10,923 (~2,700). The
+ * input that showed the drift of one running sum there, nearly the same V everywhere, is the corpus's
+ * cuda-f32-drift-d1-h28-68k, which `make test` replays on a GPU machine (bench/NOTES.md, CUDA log row 72). */
+static void test_long_sums(path_ctx *pc, int npc) {
+    one_case(pc, npc, "long sums 1/28/1 L=68244 f32", layer_of(1, 28, 1, 0, 0, FDEC_F32, 0), 68244, 1.0f, 41);
+    one_case(pc, npc, "long sums 128/8/1 L=131072 f32", layer_of(128, 8, 1, 0, 0, FDEC_F32, 0), 131072, 1.0f, 42);
+    one_case(pc, npc, "long sums 100/32/8 L=32768 f16", layer_of(100, 32, 8, 0, 0, FDEC_F16, 0), 32768, 1.0f, 43);
+}
+
 /* Lengths whose CUDA split (132 SMs, one KV head, one head tile: min(264, L / 64) chunks) lands on each side of
  * the merge kernels' limits: 16 and 17 chunks (fdec_chunk_merge_small<16> / <32>), 32 and 33 (<32> / <64>), 64 and
  * 65 (<64> / the split merge), 256 (the most). On the CPU they are seven more shapes. */
@@ -1223,6 +1234,7 @@ int main(int argc, char **argv) {
     test_bad_input();
     test_seed_shapes(pc, npc);
     test_position_end(pc, npc);
+    test_long_sums(pc, npc);
     test_merge_paths(pc, npc);
     test_numerics(pc, npc);
     test_nonfinite(pc, npc);

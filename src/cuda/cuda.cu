@@ -90,30 +90,39 @@ static fdec_status cuda_err(cudaError_t e, const char *what) {
 
 typedef void (*partial_fn)(const fdec_cuda_params);
 
+/* the instance of RT heads, with block sums where asked for and compiled (fdec_decode_kernel's BLOCK_SUMS; the
+ * instances without them stand in elsewhere, so that no kernel is compiled twice) */
+template <typename KT, int D, int RT>
+static partial_fn pick_sums(int sums) {
+    if constexpr (RT * fdec_shape<KT, D>::E <= 32)
+        if (sums) return fdec_decode_kernel<KT, D, RT, true>;
+    return fdec_decode_kernel<KT, D, RT, false>;
+}
+
 template <typename KT, int D>
-static partial_fn pick_rt(int rt) {
+static partial_fn pick_rt(int rt, int sums) {
     /* only the tile sizes heads_per_block can ask for are compiled */
     constexpr int E = fdec_shape<KT, D>::E;
     constexpr int cap = D == 0 ? 2 : sizeof(KT) == 4 ? (E >= 16 ? 2 : 4) : (E >= 16 ? 4 : 8);
     switch (rt) {
-    case 1: return fdec_decode_kernel<KT, D, 1>;
-    case 2: return fdec_decode_kernel<KT, D, 2>;
-    case 4: if constexpr (cap >= 4) return fdec_decode_kernel<KT, D, 4>;
+    case 1: return pick_sums<KT, D, 1>(sums);
+    case 2: return pick_sums<KT, D, 2>(sums);
+    case 4: if constexpr (cap >= 4) return pick_sums<KT, D, 4>(sums);
     /* fall through */
-    default: if constexpr (cap >= 8) return fdec_decode_kernel<KT, D, 8>;
+    default: if constexpr (cap >= 8) return pick_sums<KT, D, 8>(sums);
     }
-    return fdec_decode_kernel<KT, D, cap>;
+    return pick_sums<KT, D, cap>(sums);
 }
 
 template <typename KT>
-static partial_fn pick_d(uint32_t D, int fast, int rt) {
+static partial_fn pick_d(uint32_t D, int fast, int rt, int sums) {
     if (fast) switch (D) {
-        case 64: return pick_rt<KT, 64>(rt);
-        case 128: return pick_rt<KT, 128>(rt);
-        case 256: return pick_rt<KT, 256>(rt);
-        case 512: return pick_rt<KT, 512>(rt);
+        case 64: return pick_rt<KT, 64>(rt, sums);
+        case 128: return pick_rt<KT, 128>(rt, sums);
+        case 256: return pick_rt<KT, 256>(rt, sums);
+        case 512: return pick_rt<KT, 512>(rt, sums);
         }
-    return pick_rt<KT, 0>(rt);
+    return pick_rt<KT, 0>(rt, sums);
 }
 
 /* The tensor-core kernel for head_dim D on a device of compute capability major cc, and its dynamic shared memory:
@@ -189,11 +198,6 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     if (lp.mma && mma_smem(p->D, c->cc_major) + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin) lp.mma = 0;
     lp.rt = lp.mma ? 8 : heads_per_block(p->R, lp.fast, elems, es);
     lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
-    if (!lp.mma) switch (p->kvt) { /* the tensor-core instance is picked below, once the split is known */
-        case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt); break;
-        case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt); break;
-        default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt); break;
-        }
     /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them */
     lp.pipe = lp.mma ? mma_smem(p->D, c->cc_major) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
     lp.threads = (lp.mma ? fdec_mma_warps((int)p->D, c->cc_major) : FDEC_CUDA_WARPS) * 32;
@@ -222,6 +226,17 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
         const int strided = c->d512_strided_min && lp.split.num_chunks > 1 && lp.split.chunk_len >= c->d512_strided_min;
         lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D, c->cc_major, strided)
                                    : pick_mma<__nv_bfloat16>(p->D, c->cc_major, strided);
+    } else {
+        /* block sums where a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS of a chunk's rows (a warp's lane
+         * groups take every (warps x groups)-th row; fdec_shape's GROUPS: 32 / lanes_per_row, 1 on the generic
+         * path) */
+        const uint64_t groups = FDEC_CUDA_WARPS * (lp.fast ? 32 / lanes_per_row : 1);
+        const int sums = lp.split.chunk_len > FDEC_CUDA_SUM_MIN_TERMS * groups;
+        switch (p->kvt) {
+        case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt, sums); break;
+        case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt, sums); break;
+        default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt, sums); break;
+        }
     }
     if (reserve) {
         /* every call up to p's length (the chunk count is not monotone in the length: fdec_split_bound), also one

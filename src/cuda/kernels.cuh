@@ -28,6 +28,15 @@
 
 #define FDEC_CUDA_WARPS 4     /* warps per block */
 #define FDEC_CUDA_MAX_CHUNKS 256
+/* The SIMT kernel's block sums (fdec_decode_kernel's SUMS): FDEC_CUDA_SUM_STEPS steps are summed from zero before
+ * they are added to a lane's totals, in calls where a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS rows of a
+ * chunk (cuda.cu's make_plan). 64 steps ran as fast as 16 (bench/NOTES.md, CUDA log row 72). */
+#ifndef FDEC_CUDA_SUM_STEPS
+#define FDEC_CUDA_SUM_STEPS 16
+#endif
+#ifndef FDEC_CUDA_SUM_MIN_TERMS
+#define FDEC_CUDA_SUM_MIN_TERMS 128
+#endif
 /* Blocks per SM: the split's aim (cuda.cu) and the tensor-core kernel's launch bounds (mma.cuh). Two is measured
  * best on the H200 at long contexts: for the SIMT kernel the occupancy calculator's three gave 131k contexts 20-30%
  * slower; for the tensor-core kernel one block of six stages instead of two of three ran Llama 131k 28% slower,
@@ -569,7 +578,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_merge_kernel(const 
     fdec_merge_heads(src, nh, p.n, (int)p.D, sw, sx, NULL, p.out, (size_t)h0 * p.D, p.ot, p.lse ? p.lse + h0 : NULL);
 }
 
-template <typename KT, int D, int RT>
+template <typename KT, int D, int RT, bool SUMS>
 __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const fdec_cuda_params p) {
     using S = fdec_shape<KT, D>;
     using raw_t = typename fdec_raw<KT, S::VEC>::type;
@@ -597,14 +606,49 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
                 q[r][i] = ok ? x * p.scale_log2 : 0.f;
             }
     });
+    /* m, l, o: the running state of the steps since the last block sum (l, o relative to m). With BLOCK_SUMS, lt
+     * and ot are the totals, relative to mt: every FDEC_CUDA_SUM_STEPS steps, and after the last, l and o are
+     * added into them and restart from zero, so that no f32 sum runs over more than a few dozen like terms. One
+     * running sum over a long chunk drifted 7.7e-6 of V's size from the float64 value (head_dim 1, 28 heads on 1
+     * KV head, 68k positions, f32: ~900 terms a lane), where the tests allow 2e-6 (bench/NOTES.md, CUDA log row
+     * 72). The totals cost registers (the generic path's 159 -> 217) and, on an H200, time: -1.6% to +5% on the
+     * fast shapes, +23-25% on the generic path's f16 and head_dim 1 calls (-17% on an f32 one). So the host asks for
+     * them (SUMS) only where a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS rows, and they are compiled only
+     * where they fit the registers without spills (RT * E <= 32: every f32 shape; not the 16-bit tiles of 8 heads
+     * nor head_dim 512's of 4, which run only where the tensor-core kernel cannot). */
+    constexpr bool BLOCK_SUMS = SUMS && RT * E <= 32;
     float m[RT], l[RT], o[RT][E];
+    float mt[BLOCK_SUMS ? RT : 1], lt[BLOCK_SUMS ? RT : 1], ot[BLOCK_SUMS ? RT : 1][BLOCK_SUMS ? E : 1];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         m[r] = -INFINITY;
         l[r] = 0.f;
 #pragma unroll
         for (int i = 0; i < E; i++) o[r][i] = 0.f;
+        if constexpr (BLOCK_SUMS) {
+            mt[r] = -INFINITY;
+            lt[r] = 0.f;
+#pragma unroll
+            for (int i = 0; i < E; i++) ot[r][i] = 0.f;
+        }
     }
+    /* l and o into the totals (a no-op without BLOCK_SUMS); then m, l, o are the totals' state again */
+    auto add_block = [&](bool last) {
+        if constexpr (BLOCK_SUMS) {
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                const float w = fdec_weight2(mt[r], m[r]); /* m >= mt: the block's max includes the totals' */
+                lt[r] = fmaf(lt[r], w, l[r]);
+                l[r] = last ? lt[r] : 0.f;
+#pragma unroll
+                for (int i = 0; i < E; i++) {
+                    ot[r][i] = fmaf(ot[r][i], w, o[r][i]);
+                    o[r][i] = last ? ot[r][i] : 0.f;
+                }
+                mt[r] = m[r];
+            }
+        }
+    };
 
     /* in 64 bits: a chunk near the end of the 32-bit positions (seq_len up to 2^32 - 1) ends past 2^32
      * (fuzz_decode_cuda found it: seq_len 4294967295, window 110, one chunk's end wrapped to 1 and its positions were
@@ -697,6 +741,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
             fdec_cp_async_commit();
         }
         int stage = 0;
+        [[maybe_unused]] int nstep = 0;
         for (uint64_t base = first; base < c1; base += step) {
             const uint64_t ahead = base + (uint64_t)(SG - 1) * step;
             if (ahead < c1) issue(ahead, (stage + SG - 1) % SG);
@@ -713,6 +758,8 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
                 }
             }
             compute_step(base, kr, vr);
+            if constexpr (BLOCK_SUMS)
+                if (++nstep % FDEC_CUDA_SUM_STEPS == 0) add_block(false);
             stage = stage + 1 == SG ? 0 : stage + 1;
         }
         fdec_cp_async_wait<0>();
@@ -740,16 +787,21 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         };
         raw_t kr[U][NL], vr[U][NL];
         if (first < c1) load_step(first, kr, vr);
+        [[maybe_unused]] int nstep = 0;
         for (uint64_t base = first; base < c1; base += step) {
             raw_t kn[U][NL], vn[U][NL];
             if (base + step < c1) load_step(base + step, kn, vn);
             compute_step(base, kr, vr);
+            if constexpr (BLOCK_SUMS)
+                if (++nstep % FDEC_CUDA_SUM_STEPS == 0) add_block(false);
 #pragma unroll
             for (int u = 0; u < U; u++)
 #pragma unroll
                 for (int j = 0; j < NL; j++) kr[u][j] = kn[u][j], vr[u][j] = vn[u][j];
         }
     }
+
+    add_block(true);
 
     /* merge the lane groups of a warp (same lin, different grp) */
 #pragma unroll

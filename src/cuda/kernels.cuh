@@ -30,7 +30,9 @@
 #define FDEC_CUDA_MAX_CHUNKS 256
 /* The SIMT kernel's block sums (fdec_decode_kernel's SUMS): FDEC_CUDA_SUM_STEPS steps are summed from zero before
  * they are added to a lane's totals, in calls where a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS rows of a
- * chunk (cuda.cu's make_plan). 64 steps ran as fast as 16 (bench/NOTES.md, CUDA log row 72). */
+ * chunk (cuda.cu's make_plan). 64 steps ran as fast as 16 on an H200, and in an emulation of the sums
+ * (bench/micro/simt_sum_order.c) they keep lane groups of 8k-16k rows more exact (16 steps: 1.7-2.4e-6 of V's size
+ * there, against the tests' 2e-6); 16 is what ran the GPU suite (bench/NOTES.md, CUDA log row 72). */
 #ifndef FDEC_CUDA_SUM_STEPS
 #define FDEC_CUDA_SUM_STEPS 16
 #endif

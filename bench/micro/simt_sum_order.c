@@ -1,0 +1,128 @@
+/* simt_sum_order.c — the CUDA SIMT kernel's f32 summation order, emulated on the CPU, to see how far a lane group's
+ * running sum drifts with the number of rows it sums, with and without the kernel's block sums (bench/NOTES.md, CUDA
+ * log row 72). It reads a fuzz input (fuzz/fuzz_input.h; a dense layout with f32 q, K and V, like row 71's
+ * fuzz/corpus/cuda-f32-drift-d1-h28-68k), splits the positions into chunks of a given length as the kernel's split
+ * would, and gives each of a chunk's 4 warps every 4th row (the generic path: one row a warp a step) with the
+ * kernel's online softmax in f32 (fmaf where nvcc contracts), the block sums every SSO_STEPS (16) steps. The states of
+ * the warps and chunks are then merged in double, so that the error is the lane sums' alone. It prints the largest
+ * error of any output element against the float64 softmax, relative to the largest |V|.
+ *   cc -O2 -Iinclude -Ifuzz bench/micro/simt_sum_order.c -lm -o /tmp/sso && /tmp/sso fuzz/corpus/cuda-f32-drift-d1-h28-68k
+ * (CPU's exp2f stands in for the GPU's: the figures say how the drift grows, not the GPU's exact values.) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fuzz_input.h"
+
+#define NW 4    /* warps a block */
+static int STEPS = 16; /* block sum period (FDEC_CUDA_SUM_STEPS; SSO_STEPS=N in the environment) */
+
+static float w2(float mi, float m) { return mi == -INFINITY ? 0.f : exp2f(mi - m); }
+
+/* one lane group's rows [first, end) by stride NW: its state (m in log2 units, l, o[D]) */
+static void lane(const float *s, const float *v, size_t vs, uint32_t D, uint64_t first, uint64_t end, int sums,
+                 double *M, double *L, double *O) {
+    float m = -INFINITY, l = 0.f, mt = -INFINITY, lt = 0.f;
+    float *o = calloc(D, sizeof(float)), *ot = calloc(D, sizeof(float));
+    int n = 0;
+    for (uint64_t t = first; t < end; t += NW) {
+        const float smax = fmaxf(m, s[t]), alpha = w2(m, smax), p = exp2f(s[t] - smax);
+        l = fmaf(l, alpha, p);
+        m = smax;
+        for (uint32_t d = 0; d < D; d++) o[d] = fmaf(p, v[t * vs + d], o[d] * alpha);
+        if (sums && ++n % STEPS == 0) {
+            const float w = w2(mt, m);
+            lt = fmaf(lt, w, l), l = 0.f;
+            for (uint32_t d = 0; d < D; d++) ot[d] = fmaf(ot[d], w, o[d]), o[d] = 0.f;
+            mt = m;
+        }
+    }
+    if (sums) {
+        const float w = w2(mt, m);
+        l = fmaf(lt, w, l);
+        for (uint32_t d = 0; d < D; d++) o[d] = fmaf(ot[d], w, o[d]);
+    }
+    *M = m, *L = l;
+    for (uint32_t d = 0; d < D; d++) O[d] = o[d];
+    free(o);
+    free(ot);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return fprintf(stderr, "usage: [SSO_STEPS=N] %s FUZZ_INPUT [rows-per-lane ...]\n", argv[0]), 2;
+    if (getenv("SSO_STEPS")) STEPS = atoi(getenv("SSO_STEPS")) > 0 ? atoi(getenv("SSO_STEPS")) : 16;
+    FILE *f = fopen(argv[1], "rb");
+    if (!f) return perror(argv[1]), 1;
+    static uint8_t buf[1 << 16];
+    const size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    reader r = {buf, n};
+    fuzz_case c;
+    if (!fuzz_case_read(&r, &c) || c.L.q_dtype != FDEC_F32 || c.L.kv_dtype != FDEC_F32 || c.L.window ||
+        c.L.ring_capacity || c.L.kv_pos_stride || c.L.kv_head_stride || !c.finite)
+        return fprintf(stderr, "%s: not a dense all-f32 case with finite inputs\n", argv[1]), 1;
+    const uint32_t D = c.L.head_dim, H = c.L.num_q_heads, G = c.L.num_kv_heads ? c.L.num_kv_heads : 1, R = H / G;
+    const uint64_t Lq = c.seq_len;
+    float *q = malloc(c.qe * 4), *k = malloc(c.kv_elems * 4), *v = malloc(c.kv_elems * 4);
+    fuzz_fill_inputs(&r, &c, (uint8_t *)q, (uint8_t *)k, (uint8_t *)v);
+    const float scale = c.L.scale != 0 ? c.L.scale : 1.0f / sqrtf((float)D);
+    double vmax = 0;
+    for (size_t i = 0; i < c.kv_elems; i++) vmax = fmax(vmax, fabs(v[i]));
+    printf("%s: D=%u H=%u G=%u seq_len=%llu, max |V| %.4g\n", argv[1], D, H, G, (unsigned long long)Lq, vmax);
+    static const unsigned deflt[] = {32, 64, 128, 256, 512, 904, 2048, 8192};
+    const int nr = argc > 2 ? argc - 2 : (int)(sizeof deflt / sizeof deflt[0]);
+    float *s = malloc(Lq * 4), *sd = malloc(Lq * 8);
+    double *ref = malloc(sizeof(double) * D), *O = malloc(sizeof(double) * D), *acc = malloc(sizeof(double) * D);
+    double *sdd = (double *)sd;
+    printf("rows a lane  chunk_len  error/max|V| one sum   with block sums of %d steps\n", STEPS);
+    for (int ri = 0; ri < nr; ri++) {
+        const uint64_t rows = argc > 2 ? strtoull(argv[2 + ri], NULL, 10) : deflt[ri], clen = rows * NW;
+        double worst[2] = {0, 0};
+        for (uint32_t h = 0; h < H; h++) {
+            const uint32_t g = h / R;
+            const float *vg = v + (size_t)g * D;
+            /* scores in log2 units, f32 as the kernel (q pre-scaled by scale * log2 e), and in double */
+            for (uint64_t t = 0; t < Lq; t++) {
+                float a = 0.f;
+                double ad = 0;
+                for (uint32_t d = 0; d < D; d++) {
+                    a = fmaf(q[h * D + d] * (scale * 1.4426950408889634f), k[t * G * D + g * D + d], a);
+                    ad += (double)q[h * D + d] * k[t * G * D + g * D + d];
+                }
+                s[t] = a, sdd[t] = ad * scale;
+            }
+            double mx = -INFINITY, den = 0;
+            for (uint64_t t = 0; t < Lq; t++) mx = fmax(mx, sdd[t]);
+            for (uint32_t d = 0; d < D; d++) ref[d] = 0;
+            for (uint64_t t = 0; t < Lq; t++) {
+                const double p = exp(sdd[t] - mx);
+                den += p;
+                for (uint32_t d = 0; d < D; d++) ref[d] += p * vg[t * G * D + d];
+            }
+            for (int sums = 0; sums < 2; sums++) {
+                double Mx = -INFINITY, Lt = 0;
+                for (uint32_t d = 0; d < D; d++) acc[d] = 0;
+                /* every lane group's state, merged in double (log2 units) */
+                for (uint64_t c0 = 0; c0 < Lq; c0 += clen) {
+                    const uint64_t c1 = c0 + clen < Lq ? c0 + clen : Lq;
+                    for (int w = 0; w < NW; w++) {
+                        double m, l;
+                        lane(s, vg, (size_t)G * D, D, c0 + w, c1, sums, &m, &l, O);
+                        if (m == -INFINITY) continue;
+                        const double mn = fmax(Mx, m), a = Mx == -INFINITY ? 0 : exp2(Mx - mn), b = exp2(m - mn);
+                        Lt = Lt * a + l * b;
+                        for (uint32_t d = 0; d < D; d++) acc[d] = acc[d] * a + O[d] * b;
+                        Mx = mn;
+                    }
+                }
+                for (uint32_t d = 0; d < D; d++) {
+                    const double e = fabs(acc[d] / Lt - ref[d] / den) / vmax;
+                    if (e > worst[sums]) worst[sums] = e;
+                }
+            }
+        }
+        printf("%10llu %10llu %12.3g %17.3g\n", (unsigned long long)rows, (unsigned long long)clen, worst[0], worst[1]);
+    }
+    free(q), free(k), free(v), free(s), free(sd), free(ref), free(O), free(acc);
+    return 0;
+}

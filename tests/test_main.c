@@ -410,26 +410,29 @@ static void test_numerics(path_ctx *pc, int npc) {
 }
 
 /* NaN or inf in q, K or V of the attended range: the affected heads come out NaN (every element, and lse),
- * the other heads stay right. */
+ * the other heads stay right. The last six cases are long: head_dim 9 over 40,000 positions, where the CUDA SIMT
+ * kernel's lane groups sum ~150 rows each and so take its block sums (on an H200: 66 chunks of ~600 positions). */
 static void test_nonfinite(path_ctx *pc, int npc) {
     static const char *what[] = {"inf in K", "-inf in V", "NaN in q", "NaN in K", "-inf in q", "inf in V"};
-    for (int c = 0; c < 18; c++) { /* the six cases with f32, f16 and bf16 K/V (the tensor-core kernel on CUDA) */
+    for (int c = 0; c < 24; c++) { /* the six cases with f32, f16 and bf16 K/V (the tensor-core kernel on CUDA), long */
         fd_rng r = {61 + (uint64_t)c};
-        const fdec_dtype kvt = (fdec_dtype)(c / 6);
-        fdec_layer L = layer_of(64, 8, 4, 0, 0, kvt, 0); /* 2 Q heads per KV head; q and out f32 */
+        const int lng = c >= 18;
+        const fdec_dtype kvt = lng ? FDEC_F32 : (fdec_dtype)(c / 6);
+        const uint32_t D = lng ? 9 : 64, n = lng ? 40000 : 90;
+        fdec_layer L = layer_of(D, 8, 4, 0, 0, kvt, 0); /* 2 Q heads per KV head; q and out f32 */
         fd_problem pr;
-        fd_problem_make(&pr, &L, 90, FD_DENSE, 1.0f, &r);
-        double *ref = malloc(sizeof(double) * 8 * 64), rl[8];
+        fd_problem_make(&pr, &L, n, FD_DENSE, 1.0f, &r);
+        double *ref = malloc(sizeof(double) * 8 * D), rl[8];
         fd_reference(&pr, ref, rl); /* before the poison: the unaffected heads must match this */
-        const uint32_t g = 1 + (uint32_t)c % 3, t = 17 + 11 * (uint32_t)(c % 6), d = 5;
+        const uint32_t g = 1 + (uint32_t)c % 3, t = 17 + (lng ? 6007 : 11) * (uint32_t)(c % 6), d = 5;
         const int w = c % 6;
         const float bad = w == 0 || w == 5 ? INFINITY : w == 1 || w == 4 ? -INFINITY : NAN;
         uint32_t affected_lo = 2 * g, affected_hi = 2 * g + 2; /* the Q heads of KV head g */
         if (w == 2 || w == 4) { /* q: only that head */
-            ((float *)pr.q)[(2 * g + 1) * 64 + d] = bad;
+            ((float *)pr.q)[(2 * g + 1) * D + d] = bad;
             affected_lo = 2 * g + 1;
         } else
-            fdec_store_elem(w == 1 || w == 5 ? pr.v : pr.k, (size_t)t * pr.p.ps + g * 64 + d, kvt, bad);
+            fdec_store_elem(w == 1 || w == 5 ? pr.v : pr.k, (size_t)t * pr.p.ps + g * D + d, kvt, bad);
         inputs in;
         inputs_make(&in, &pr);
         for (int x = 0; x < npc; x++) {
@@ -440,20 +443,20 @@ static void test_nonfinite(path_ctx *pc, int npc) {
             for (uint32_t h = 0; ok && h < 8; h++) {
                 const int hit = h >= affected_lo && h < affected_hi;
                 ok &= hit ? isnan(b.lse[h]) : fabs(b.lse[h] - rl[h]) < 1e-4;
-                for (uint32_t e = 0; ok && e < 64; e++) {
-                    float o = ((float *)b.out)[h * 64 + e];
-                    ok &= hit ? isnan(o) : fabs(o - ref[h * 64 + e]) < 1e-5;
+                for (uint32_t e = 0; ok && e < D; e++) {
+                    float o = ((float *)b.out)[h * D + e];
+                    ok &= hit ? isnan(o) : fabs(o - ref[h * D + e]) < 1e-5;
                 }
             }
-            check(ok, "%s: %s (K/V %s): the affected heads must be NaN and the others right", pc[x].name, what[w],
-                  kvt == FDEC_F32 ? "f32" : kvt == FDEC_F16 ? "f16" : "bf16");
+            check(ok, "%s: %s (K/V %s, head_dim %u, %u positions): the affected heads must be NaN and the others right",
+                  pc[x].name, what[w], kvt == FDEC_F32 ? "f32" : kvt == FDEC_F16 ? "f16" : "bf16", D, n);
             outbuf_free(&b);
         }
         inputs_free(&in);
         free(ref);
         fd_problem_free(&pr);
     }
-    printf("non-finite inputs: 18 cases, affected heads NaN, others right\n");
+    printf("non-finite inputs: 24 cases, affected heads NaN, others right\n");
 }
 
 /* fdec_merge: random shard splits of one problem (empty and single-position shards too; one case of 100

@@ -6,7 +6,8 @@
  * kernel's online softmax in f32 (fmaf where nvcc contracts), the block sums every SSO_STEPS (16) steps. The states of
  * the warps and chunks are then merged in double, so that the error is the lane sums' alone. It prints the largest
  * error of any output element against the float64 softmax, relative to the largest |V|.
- *   cc -O2 -Iinclude -Ifuzz bench/micro/simt_sum_order.c -lm -o /tmp/sso && /tmp/sso fuzz/corpus/cuda-f32-drift-d1-h28-68k
+ *   cc -O2 -Iinclude -Ifuzz bench/micro/simt_sum_order.c -lm -o /tmp/sso
+ *   SSO_STEPS=16 /tmp/sso fuzz/corpus/cuda-f32-drift-d1-h28-68k [rows-a-lane ...]
  * (CPU's exp2f stands in for the GPU's: the figures say how the drift grows, not the GPU's exact values.) */
 #include <math.h>
 #include <stdio.h>

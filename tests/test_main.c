@@ -309,7 +309,7 @@ static void test_seed_shapes(path_ctx *pc, int npc) {
  * 512; its chunks at 64 and 128 are position-strided and end at seq_len). On the H200 the code before the fix failed
  * the first two everywhere and the next two on the SIMT kernel (bench/NOTES.md, CUDA log row 70). The last two were
  * then changed (window 1000, and seq_len 2^32 - 1 at 512) so that the tensor-core kernel's last chunk too ends past
- * 2^32 (at 256: 16 chunks of 64 over 1,000 positions); they were not yet run on a GPU in that form. */
+ * 2^32 (at 256: 16 chunks of 64 over 1,000 positions); in that form they passed on the H200 too (row 72). */
 static void test_position_end(path_ctx *pc, int npc) {
     const uint32_t M = UINT32_MAX;
     one_case(pc, npc, "32-bit end: 10/2/1 w110 ring256 f16", layer_of(10, 2, 1, 110, 256, FDEC_F16, 0), M, 1.0f, 21);
@@ -326,7 +326,7 @@ static void test_position_end(path_ctx *pc, int npc) {
 
 /* Long chunks for the CUDA SIMT kernel: in each call a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS (128) rows
  * of its chunk, so the kernel adds its block sums (kernels.cuh). On an H200 the split gives 1/28/1 19 chunks of 3,616
- * positions (~900 rows a lane group), 128/8/1 132 chunks of 993 (~250) and 100/32/8 3 chunks of 10,923 (~2,700). The
+ * positions (904 rows a lane group), 128/8/1 128 chunks of 1,024 (256) and 100/32/8 17 chunks of 1,952 (488). The
  * input that showed the drift of one running sum there, nearly the same V everywhere, is the corpus's
  * cuda-f32-drift-d1-h28-68k, which `make test` replays on a GPU machine (bench/NOTES.md, CUDA log row 72). */
 static void test_long_sums(path_ctx *pc, int npc) {
@@ -411,7 +411,7 @@ static void test_numerics(path_ctx *pc, int npc) {
 
 /* NaN or inf in q, K or V of the attended range: the affected heads come out NaN (every element, and lse),
  * the other heads stay right. The last six cases are long: head_dim 9 over 40,000 positions, where the CUDA SIMT
- * kernel's lane groups sum ~150 rows each and so take its block sums (on an H200: 66 chunks of ~600 positions). */
+ * kernel's lane groups sum 152 rows each and so take its block sums (on an H200: 66 chunks of 608 positions). */
 static void test_nonfinite(path_ctx *pc, int npc) {
     static const char *what[] = {"inf in K", "-inf in V", "NaN in q", "NaN in K", "-inf in q", "inf in V"};
     for (int c = 0; c < 24; c++) { /* the six cases with f32, f16 and bf16 K/V (the tensor-core kernel on CUDA), long */

@@ -72,35 +72,33 @@ int main(int argc, char **argv) {
     printf("%s: D=%u H=%u G=%u seq_len=%llu, max |V| %.4g\n", argv[1], D, H, G, (unsigned long long)Lq, vmax);
     static const unsigned deflt[] = {32, 64, 128, 256, 512, 904, 2048, 8192};
     const int nr = argc > 2 ? argc - 2 : (int)(sizeof deflt / sizeof deflt[0]);
-    float *s = malloc(Lq * 4), *sd = malloc(Lq * 8);
-    double *ref = malloc(sizeof(double) * D), *O = malloc(sizeof(double) * D), *acc = malloc(sizeof(double) * D);
-    double *sdd = (double *)sd;
-    printf("rows a lane  chunk_len  error/max|V| one sum   with block sums of %d steps\n", STEPS);
-    for (int ri = 0; ri < nr; ri++) {
-        const uint64_t rows = argc > 2 ? strtoull(argv[2 + ri], NULL, 10) : deflt[ri], clen = rows * NW;
-        double worst[2] = {0, 0};
-        for (uint32_t h = 0; h < H; h++) {
-            const uint32_t g = h / R;
-            const float *vg = v + (size_t)g * D;
-            /* scores in log2 units, f32 as the kernel (q pre-scaled by scale * log2 e), and in double */
-            for (uint64_t t = 0; t < Lq; t++) {
-                float a = 0.f;
-                double ad = 0;
-                for (uint32_t d = 0; d < D; d++) {
-                    a = fmaf(q[h * D + d] * (scale * 1.4426950408889634f), k[t * G * D + g * D + d], a);
-                    ad += (double)q[h * D + d] * k[t * G * D + g * D + d];
-                }
-                s[t] = a, sdd[t] = ad * scale;
+    float *s = malloc(Lq * sizeof(float));
+    double *sd = malloc(Lq * sizeof(double)), *ref = malloc(sizeof(double) * D), *O = malloc(sizeof(double) * D),
+           *acc = malloc(sizeof(double) * D), *worst = calloc(2 * (size_t)nr, sizeof(double)); /* [rows][sums] */
+    for (uint32_t h = 0; h < H; h++) {
+        const uint32_t g = h / R;
+        const float *vg = v + (size_t)g * D;
+        /* scores in log2 units, f32 as the kernel (q pre-scaled by scale * log2 e), and in double */
+        for (uint64_t t = 0; t < Lq; t++) {
+            float a = 0.f;
+            double ad = 0;
+            for (uint32_t d = 0; d < D; d++) {
+                a = fmaf(q[h * D + d] * (scale * 1.4426950408889634f), k[t * G * D + g * D + d], a);
+                ad += (double)q[h * D + d] * k[t * G * D + g * D + d];
             }
-            double mx = -INFINITY, den = 0;
-            for (uint64_t t = 0; t < Lq; t++) mx = fmax(mx, sdd[t]);
-            for (uint32_t d = 0; d < D; d++) ref[d] = 0;
-            for (uint64_t t = 0; t < Lq; t++) {
-                const double p = exp(sdd[t] - mx);
-                den += p;
-                for (uint32_t d = 0; d < D; d++) ref[d] += p * vg[t * G * D + d];
-            }
+            s[t] = a, sd[t] = ad * scale;
+        }
+        double mx = -INFINITY, den = 0;
+        for (uint64_t t = 0; t < Lq; t++) mx = fmax(mx, sd[t]);
+        for (uint32_t d = 0; d < D; d++) ref[d] = 0;
+        for (uint64_t t = 0; t < Lq; t++) {
+            const double p = exp(sd[t] - mx);
+            den += p;
+            for (uint32_t d = 0; d < D; d++) ref[d] += p * vg[t * G * D + d];
+        }
+        for (int ri = 0; ri < nr; ri++)
             for (int sums = 0; sums < 2; sums++) {
+                const uint64_t rows = argc > 2 ? strtoull(argv[2 + ri], NULL, 10) : deflt[ri], clen = rows * NW;
                 double Mx = -INFINITY, Lt = 0;
                 for (uint32_t d = 0; d < D; d++) acc[d] = 0;
                 /* every lane group's state, merged in double (log2 units) */
@@ -116,14 +114,15 @@ int main(int argc, char **argv) {
                         Mx = mn;
                     }
                 }
-                for (uint32_t d = 0; d < D; d++) {
-                    const double e = fabs(acc[d] / Lt - ref[d] / den) / vmax;
-                    if (e > worst[sums]) worst[sums] = e;
-                }
+                for (uint32_t d = 0; d < D; d++)
+                    worst[2 * ri + sums] = fmax(worst[2 * ri + sums], fabs(acc[d] / Lt - ref[d] / den) / vmax);
             }
-        }
-        printf("%10llu %10llu %12.3g %17.3g\n", (unsigned long long)rows, (unsigned long long)clen, worst[0], worst[1]);
     }
-    free(q), free(k), free(v), free(s), free(sd), free(ref), free(O), free(acc);
+    printf("rows a lane  chunk_len  error/max|V| one sum   with block sums of %d steps\n", STEPS);
+    for (int ri = 0; ri < nr; ri++) {
+        const unsigned long long rows = argc > 2 ? strtoull(argv[2 + ri], NULL, 10) : deflt[ri];
+        printf("%10llu %10llu %12.3g %17.3g\n", rows, rows * NW, worst[2 * ri], worst[2 * ri + 1]);
+    }
+    free(q), free(k), free(v), free(s), free(sd), free(ref), free(O), free(acc), free(worst);
     return 0;
 }

@@ -90,39 +90,41 @@ static fdec_status cuda_err(cudaError_t e, const char *what) {
 
 typedef void (*partial_fn)(const fdec_cuda_params);
 
-/* the instance of RT heads, with block sums where asked for and compiled (fdec_decode_kernel's BLOCK_SUMS; the
- * instances without them stand in elsewhere, so that no kernel is compiled twice) */
+/* The instance of RT heads for chunks of chunk_len rows: with block sums (fdec_decode_kernel's SUMS) where a lane
+ * group sums more than FDEC_CUDA_SUM_MIN_TERMS of them (a block's warps x GROUPS lane groups each take every
+ * (warps x GROUPS)-th row) and where they are compiled (fdec_sums_fit) */
 template <typename KT, int D, int RT>
-static partial_fn pick_sums(int sums) {
-    if constexpr (RT * fdec_shape<KT, D>::E <= 32)
-        if (sums) return fdec_decode_kernel<KT, D, RT, true>;
+static partial_fn pick_sums(uint32_t chunk_len) {
+    if constexpr (fdec_sums_fit<KT, D, RT>)
+        if (chunk_len > (uint64_t)FDEC_CUDA_SUM_MIN_TERMS * FDEC_CUDA_WARPS * fdec_shape<KT, D>::GROUPS)
+            return fdec_decode_kernel<KT, D, RT, true>;
     return fdec_decode_kernel<KT, D, RT, false>;
 }
 
 template <typename KT, int D>
-static partial_fn pick_rt(int rt, int sums) {
+static partial_fn pick_rt(int rt, uint32_t chunk_len) {
     /* only the tile sizes heads_per_block can ask for are compiled */
     constexpr int E = fdec_shape<KT, D>::E;
     constexpr int cap = D == 0 ? 2 : sizeof(KT) == 4 ? (E >= 16 ? 2 : 4) : (E >= 16 ? 4 : 8);
     switch (rt) {
-    case 1: return pick_sums<KT, D, 1>(sums);
-    case 2: return pick_sums<KT, D, 2>(sums);
-    case 4: if constexpr (cap >= 4) return pick_sums<KT, D, 4>(sums);
+    case 1: return pick_sums<KT, D, 1>(chunk_len);
+    case 2: return pick_sums<KT, D, 2>(chunk_len);
+    case 4: if constexpr (cap >= 4) return pick_sums<KT, D, 4>(chunk_len);
     /* fall through */
-    default: if constexpr (cap >= 8) return pick_sums<KT, D, 8>(sums);
+    default: if constexpr (cap >= 8) return pick_sums<KT, D, 8>(chunk_len);
     }
-    return pick_sums<KT, D, cap>(sums);
+    return pick_sums<KT, D, cap>(chunk_len);
 }
 
 template <typename KT>
-static partial_fn pick_d(uint32_t D, int fast, int rt, int sums) {
+static partial_fn pick_d(uint32_t D, int fast, int rt, uint32_t chunk_len) {
     if (fast) switch (D) {
-        case 64: return pick_rt<KT, 64>(rt, sums);
-        case 128: return pick_rt<KT, 128>(rt, sums);
-        case 256: return pick_rt<KT, 256>(rt, sums);
-        case 512: return pick_rt<KT, 512>(rt, sums);
+        case 64: return pick_rt<KT, 64>(rt, chunk_len);
+        case 128: return pick_rt<KT, 128>(rt, chunk_len);
+        case 256: return pick_rt<KT, 256>(rt, chunk_len);
+        case 512: return pick_rt<KT, 512>(rt, chunk_len);
         }
-    return pick_rt<KT, 0>(rt, sums);
+    return pick_rt<KT, 0>(rt, chunk_len);
 }
 
 /* The tensor-core kernel for head_dim D on a device of compute capability major cc, and its dynamic shared memory:
@@ -226,16 +228,12 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
         const int strided = c->d512_strided_min && lp.split.num_chunks > 1 && lp.split.chunk_len >= c->d512_strided_min;
         lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D, c->cc_major, strided)
                                    : pick_mma<__nv_bfloat16>(p->D, c->cc_major, strided);
-    } else {
-        /* block sums where a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS of a chunk's rows (a warp's lane
-         * groups take every (warps x groups)-th row; fdec_shape's GROUPS: 32 / lanes_per_row, 1 on the generic
-         * path) */
-        const uint64_t groups = FDEC_CUDA_WARPS * (lp.fast ? 32 / lanes_per_row : 1);
-        const int sums = lp.split.chunk_len > FDEC_CUDA_SUM_MIN_TERMS * groups;
+    } else { /* the SIMT instance, with block sums where the chunks are long (pick_sums) */
+        const uint32_t cl = lp.split.chunk_len;
         switch (p->kvt) {
-        case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt, sums); break;
-        case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt, sums); break;
-        default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt, sums); break;
+        case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt, cl); break;
+        case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt, cl); break;
+        default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt, cl); break;
         }
     }
     if (reserve) {

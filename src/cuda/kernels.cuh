@@ -30,9 +30,9 @@
 #define FDEC_CUDA_MAX_CHUNKS 256
 /* The SIMT kernel's block sums (fdec_decode_kernel's SUMS): FDEC_CUDA_SUM_STEPS steps are summed from zero before
  * they are added to a lane's totals, in calls where a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS rows of a
- * chunk (cuda.cu's make_plan). 64 steps ran as fast as 16 on an H200, and in an emulation of the sums
- * (bench/micro/simt_sum_order.c) they keep lane groups of 8k-16k rows more exact (16 steps: 1.7-2.4e-6 of V's size
- * there, against the tests' 2e-6); 16 is what ran the GPU suite (bench/NOTES.md, CUDA log row 72). */
+ * chunk (cuda.cu's pick_sums). 64 steps ran as fast as 16 on an H200 (in a nested-loop form), and in an emulation of
+ * the sums (bench/micro/simt_sum_order.c) they keep lane groups of 8k-16k rows more exact (16 steps: 1.7-2.4e-6 of
+ * V's size there, against the tests' 2e-6); 16 is what ran the GPU suite (bench/NOTES.md, CUDA log row 72). */
 #ifndef FDEC_CUDA_SUM_STEPS
 #define FDEC_CUDA_SUM_STEPS 16
 #endif
@@ -180,6 +180,12 @@ struct fdec_shape {
     static constexpr bool ASYNC = D && VEC * sizeof(KT) == 16;      /* 16-byte rows: cp.async pipeline */
     static constexpr int STAGES = 4;                                 /* steps in shared memory (3 in flight) */
 };
+
+/* Whether fdec_decode_kernel's block sums (SUMS) are compiled for RT heads: their totals, RT x E more floats a lane,
+ * fit the registers without spills (ptxas -v) only up to 32 floats: every f32 shape, not the 16-bit tiles of 8 heads
+ * nor head_dim 512's of 4, which run only where the tensor-core kernel cannot (bench/NOTES.md, CUDA log row 72) */
+template <typename KT, int D, int RT>
+constexpr bool fdec_sums_fit = RT * fdec_shape<KT, D>::E <= 32;
 
 /* Shared memory the cp.async pipeline needs per block: STAGES x U x NL x (K, V) x 16 bytes per thread. */
 template <typename KT, int D>
@@ -608,7 +614,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
                 q[r][i] = ok ? x * p.scale_log2 : 0.f;
             }
     });
-    /* m, l, o: the running state of the steps since the last block sum (l, o relative to m). With BLOCK_SUMS, lt
+    /* m, l, o: the running state of the steps since the last block sum (l, o relative to m). With SUMS, lt
      * and ot are the totals, relative to mt: every FDEC_CUDA_SUM_STEPS steps, and after the last, l and o are
      * added into them and restart from zero, so that no f32 sum runs over more than a few dozen like terms. One
      * running sum over a long chunk drifted 7.7e-6 of V's size from the float64 value (head_dim 1, 28 heads on 1
@@ -616,27 +622,26 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
      * 72). The totals cost registers (the generic path's 159 -> 217) and, on an H200, time: -1.6% to +5% on the
      * fast shapes, +23-25% on the generic path's f16 and head_dim 1 calls (-17% on an f32 one). So the host asks for
      * them (SUMS) only where a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS rows, and they are compiled only
-     * where they fit the registers without spills (RT * E <= 32: every f32 shape; not the 16-bit tiles of 8 heads
-     * nor head_dim 512's of 4, which run only where the tensor-core kernel cannot). */
-    constexpr bool BLOCK_SUMS = SUMS && RT * E <= 32;
+     * where they fit the registers (fdec_sums_fit). */
+    static_assert(!SUMS || fdec_sums_fit<KT, D, RT>, "block sums compiled where their totals spill");
     float m[RT], l[RT], o[RT][E];
-    float mt[BLOCK_SUMS ? RT : 1], lt[BLOCK_SUMS ? RT : 1], ot[BLOCK_SUMS ? RT : 1][BLOCK_SUMS ? E : 1];
+    float mt[SUMS ? RT : 1], lt[SUMS ? RT : 1], ot[SUMS ? RT : 1][SUMS ? E : 1];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         m[r] = -INFINITY;
         l[r] = 0.f;
 #pragma unroll
         for (int i = 0; i < E; i++) o[r][i] = 0.f;
-        if constexpr (BLOCK_SUMS) {
+        if constexpr (SUMS) {
             mt[r] = -INFINITY;
             lt[r] = 0.f;
 #pragma unroll
             for (int i = 0; i < E; i++) ot[r][i] = 0.f;
         }
     }
-    /* l and o into the totals (a no-op without BLOCK_SUMS); then m, l, o are the totals' state again */
+    /* l and o into the totals (a no-op without SUMS); then m, l, o are the totals' state again */
     auto add_block = [&](bool last) {
-        if constexpr (BLOCK_SUMS) {
+        if constexpr (SUMS) {
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 const float w = fdec_weight2(mt[r], m[r]); /* m >= mt: the block's max includes the totals' */
@@ -743,7 +748,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
             fdec_cp_async_commit();
         }
         int stage = 0;
-        [[maybe_unused]] int nstep = 0;
+        [[maybe_unused]] int nstep = 0; /* steps since the block sum */
         for (uint64_t base = first; base < c1; base += step) {
             const uint64_t ahead = base + (uint64_t)(SG - 1) * step;
             if (ahead < c1) issue(ahead, (stage + SG - 1) % SG);
@@ -760,7 +765,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
                 }
             }
             compute_step(base, kr, vr);
-            if constexpr (BLOCK_SUMS)
+            if constexpr (SUMS)
                 if (++nstep % FDEC_CUDA_SUM_STEPS == 0) add_block(false);
             stage = stage + 1 == SG ? 0 : stage + 1;
         }
@@ -789,12 +794,12 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         };
         raw_t kr[U][NL], vr[U][NL];
         if (first < c1) load_step(first, kr, vr);
-        [[maybe_unused]] int nstep = 0;
+        [[maybe_unused]] int nstep = 0; /* steps since the block sum */
         for (uint64_t base = first; base < c1; base += step) {
             raw_t kn[U][NL], vn[U][NL];
             if (base + step < c1) load_step(base + step, kn, vn);
             compute_step(base, kr, vr);
-            if constexpr (BLOCK_SUMS)
+            if constexpr (SUMS)
                 if (++nstep % FDEC_CUDA_SUM_STEPS == 0) add_block(false);
 #pragma unroll
             for (int u = 0; u < U; u++)

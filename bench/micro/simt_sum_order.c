@@ -3,11 +3,12 @@
  * log row 72). It reads a fuzz input (fuzz/fuzz_input.h; a dense layout with f32 q, K and V, like row 71's
  * fuzz/corpus/cuda-f32-drift-d1-h28-68k), splits the positions into chunks of a given length as the kernel's split
  * would, and gives each of a chunk's 4 warps every 4th row (the generic path: one row a warp a step) with the
- * kernel's online softmax in f32 (fmaf where nvcc contracts), the block sums every SSO_STEPS (16) steps. The states of
- * the warps and chunks are then merged in double, so that the error is the lane sums' alone. It prints the largest
- * error of any output element against the float64 softmax, relative to the largest |V|.
+ * kernel's online softmax in f32 (fmaf where nvcc contracts), the block sums every SSO_STEPS steps (by default the
+ * kernel's own period: 64, more for lane groups of more than 4,096 steps). The states of the warps and chunks are
+ * then merged in double, so that the error is the lane sums' alone. It prints the largest error of any output element
+ * against the float64 softmax, relative to the largest |V|.
  *   cc -O2 -Iinclude -Ifuzz bench/micro/simt_sum_order.c -lm -o /tmp/sso
- *   SSO_STEPS=16 /tmp/sso fuzz/corpus/cuda-f32-drift-d1-h28-68k [rows-a-lane ...]
+ *   [SSO_STEPS=16] /tmp/sso fuzz/corpus/cuda-f32-drift-d1-h28-68k [rows-a-lane ...]
  * (CPU's exp2f stands in for the GPU's: the figures say how the drift grows, not the GPU's exact values.) */
 #include <math.h>
 #include <stdio.h>
@@ -16,13 +17,22 @@
 #include "fuzz_input.h"
 
 #define NW 4    /* warps a block */
-static int STEPS = 16; /* block sum period (FDEC_CUDA_SUM_STEPS; SSO_STEPS=N in the environment) */
+static int STEPS = 0; /* block sum period: SSO_STEPS=N in the environment; 0, the default, the kernel's rule */
+
+/* the kernel's period for a lane group of `rows` steps (kernels.cuh, fdec_sum_period): 64, or the power of two
+ * whose square reaches the steps where that is more */
+static int period_of(uint64_t rows) {
+    if (STEPS) return STEPS;
+    uint64_t per = 64;
+    while (per * per < rows) per <<= 1;
+    return (int)per;
+}
 
 static float w2(float mi, float m) { return mi == -INFINITY ? 0.f : exp2f(mi - m); }
 
 /* one lane group's rows [first, end) by stride NW: its state (m in log2 units, l, o[D]) */
 static void lane(const float *s, const float *v, size_t vs, uint32_t D, uint64_t first, uint64_t end, int sums,
-                 double *M, double *L, double *O) {
+                 double *M, double *L, double *O) { /* sums: the block sum period, 0 for one running sum */
     float m = -INFINITY, l = 0.f, mt = -INFINITY, lt = 0.f;
     float *o = calloc(D, sizeof(float)), *ot = calloc(D, sizeof(float));
     int n = 0;
@@ -31,7 +41,7 @@ static void lane(const float *s, const float *v, size_t vs, uint32_t D, uint64_t
         l = fmaf(l, alpha, p);
         m = smax;
         for (uint32_t d = 0; d < D; d++) o[d] = fmaf(p, v[t * vs + d], o[d] * alpha);
-        if (sums && ++n % STEPS == 0) {
+        if (sums && ++n % sums == 0) {
             const float w = w2(mt, m);
             lt = fmaf(lt, w, l), l = 0.f;
             for (uint32_t d = 0; d < D; d++) ot[d] = fmaf(ot[d], w, o[d]), o[d] = 0.f;
@@ -51,7 +61,7 @@ static void lane(const float *s, const float *v, size_t vs, uint32_t D, uint64_t
 
 int main(int argc, char **argv) {
     if (argc < 2) return fprintf(stderr, "usage: [SSO_STEPS=N] %s FUZZ_INPUT [rows-per-lane ...]\n", argv[0]), 2;
-    if (getenv("SSO_STEPS")) STEPS = atoi(getenv("SSO_STEPS")) > 0 ? atoi(getenv("SSO_STEPS")) : 16;
+    if (getenv("SSO_STEPS")) STEPS = atoi(getenv("SSO_STEPS")) > 0 ? atoi(getenv("SSO_STEPS")) : 0;
     FILE *f = fopen(argv[1], "rb");
     if (!f) return perror(argv[1]), 1;
     static uint8_t buf[1 << 16];
@@ -106,7 +116,7 @@ int main(int argc, char **argv) {
                     const uint64_t c1 = c0 + clen < Lq ? c0 + clen : Lq;
                     for (int w = 0; w < NW; w++) {
                         double m, l;
-                        lane(s, vg, (size_t)G * D, D, c0 + w, c1, sums, &m, &l, O);
+                        lane(s, vg, (size_t)G * D, D, c0 + w, c1, sums ? period_of(rows) : 0, &m, &l, O);
                         if (m == -INFINITY) continue;
                         const double mn = fmax(Mx, m), a = Mx == -INFINITY ? 0 : exp2(Mx - mn), b = exp2(m - mn);
                         Lt = Lt * a + l * b;
@@ -118,10 +128,11 @@ int main(int argc, char **argv) {
                     worst[2 * ri + sums] = fmax(worst[2 * ri + sums], fabs(acc[d] / Lt - ref[d] / den) / vmax);
             }
     }
-    printf("rows a lane  chunk_len  error/max|V| one sum   with block sums of %d steps\n", STEPS);
+    printf("rows a lane  chunk_len  error/max|V| one sum   with block sums   period (steps)\n");
     for (int ri = 0; ri < nr; ri++) {
         const unsigned long long rows = argc > 2 ? strtoull(argv[2 + ri], NULL, 10) : deflt[ri];
-        printf("%10llu %10llu %12.3g %17.3g\n", rows, rows * NW, worst[2 * ri], worst[2 * ri + 1]);
+        printf("%10llu %10llu %12.3g %17.3g %16d\n", rows, rows * NW, worst[2 * ri], worst[2 * ri + 1],
+               period_of(rows));
     }
     free(q), free(k), free(v), free(s), free(sd), free(ref), free(O), free(acc), free(worst);
     return 0;

@@ -28,14 +28,28 @@
 
 #define FDEC_CUDA_WARPS 4     /* warps per block */
 #define FDEC_CUDA_MAX_CHUNKS 256
-/* The SIMT kernel's block sums (fdec_decode_kernel's SUMS): FDEC_CUDA_SUM_STEPS steps are summed from zero before
- * they are added to a lane's totals, in calls where a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS rows of a
- * chunk (cuda.cu's pick_sums). 64 steps ran as fast as 16 on an H200 (in a nested-loop form), and in an emulation of
- * the sums (bench/micro/simt_sum_order.c) they keep lane groups of 8k-16k rows more exact (16 steps: 1.7-2.4e-6 of
- * V's size there, against the tests' 2e-6); 16 is what ran the GPU suite (bench/NOTES.md, CUDA log row 72). */
+/* The SIMT kernel's block sums (fdec_decode_kernel's SUMS), in calls where a lane group sums more than
+ * FDEC_CUDA_SUM_MIN_TERMS rows of a chunk (cuda.cu's pick_sums): a lane sums a period of steps from zero before it
+ * adds them to its totals. The period is FDEC_CUDA_SUM_STEPS, or where a lane takes more than its square of steps in
+ * a chunk, the power of two whose square reaches them (fdec_sum_period), so that neither level of sums holds many
+ * more terms than the other. 64 rather than 16: as fast on an H200 (within 1%, 16 faster in no case), and more exact
+ * where a lane group sums thousands of rows: on the corpus input cuda-f32-drift-d1-h28-68k with chunks of 32k and
+ * 68k positions (8k and 17k rows a lane group) the H200's worst error was 0.40 and 0.73 of the fuzz tolerance with
+ * 16 steps, 0.075 and 0.45 with 64. In bench/micro/simt_sum_order.c's emulation, which predicted that, a fixed 64
+ * drifts again at 64k rows (1.1e-5 of V's size, the bug's size), the growing period stays under 1e-6 there
+ * (bench/NOTES.md, CUDA log rows 72 and 73). A power of two. */
 #ifndef FDEC_CUDA_SUM_STEPS
-#define FDEC_CUDA_SUM_STEPS 16
+#define FDEC_CUDA_SUM_STEPS 64
 #endif
+static_assert(FDEC_CUDA_SUM_STEPS > 0 && (FDEC_CUDA_SUM_STEPS & (FDEC_CUDA_SUM_STEPS - 1)) == 0,
+              "FDEC_CUDA_SUM_STEPS is a power of two");
+/* The block sum period for a lane that takes `steps` steps: FDEC_CUDA_SUM_STEPS, or the power of two whose square
+ * reaches the steps where that is more */
+__host__ __device__ constexpr uint32_t fdec_sum_period(uint32_t steps) {
+    uint32_t per = FDEC_CUDA_SUM_STEPS;
+    while ((uint64_t)per * per < steps) per <<= 1;
+    return per;
+}
 #ifndef FDEC_CUDA_SUM_MIN_TERMS
 #define FDEC_CUDA_SUM_MIN_TERMS 128
 #endif
@@ -615,8 +629,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
             }
     });
     /* m, l, o: the running state of the steps since the last block sum (l, o relative to m). With SUMS, lt
-     * and ot are the totals, relative to mt: every FDEC_CUDA_SUM_STEPS steps, and after the last, l and o are
-     * added into them and restart from zero, so that no f32 sum runs over more than a few dozen like terms. One
+     * and ot are the totals, relative to mt: every sum_mask + 1 steps (64, more in chunks of over 4,096 steps a
+     * lane), and after the last, l and o are added into them and restart from zero, so that no f32 sum runs over
+     * many more than the square root of a lane's terms (64 up to 4,096 of them). One
      * running sum over a long chunk drifted 7.7e-6 of V's size from the float64 value (head_dim 1, 28 heads on 1
      * KV head, 68k positions, f32: ~900 terms a lane), where the tests allow 2e-6 (bench/NOTES.md, CUDA log row
      * 72). The totals cost registers (the generic path's 159 -> 217) and, on an H200, time: -1.6% to +5% on the
@@ -664,6 +679,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
                    c1 = c0 + p.chunk_len < p.hi ? c0 + p.chunk_len : (uint64_t)p.hi;
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
     const uint32_t step = NW * GROUPS * U;
+    /* the block sums' period, less one (a power of two); chunk_len / step steps a lane, rounded up */
+    [[maybe_unused]] const uint32_t sum_mask =
+        SUMS ? fdec_sum_period((uint32_t)((p.chunk_len + (uint64_t)step - 1) / step)) - 1 : 0;
 
     auto valid_at = [&](uint64_t base, int u) { return base + u * NW * GROUPS + grp < c1; };
 
@@ -748,7 +766,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
             fdec_cp_async_commit();
         }
         int stage = 0;
-        [[maybe_unused]] int nstep = 0; /* steps since the block sum */
+        [[maybe_unused]] uint32_t nstep = 0; /* steps since the block sum */
         for (uint64_t base = first; base < c1; base += step) {
             const uint64_t ahead = base + (uint64_t)(SG - 1) * step;
             if (ahead < c1) issue(ahead, (stage + SG - 1) % SG);
@@ -766,7 +784,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
             }
             compute_step(base, kr, vr);
             if constexpr (SUMS)
-                if (++nstep % FDEC_CUDA_SUM_STEPS == 0) add_block(false);
+                if ((++nstep & sum_mask) == 0) add_block(false);
             stage = stage + 1 == SG ? 0 : stage + 1;
         }
         fdec_cp_async_wait<0>();
@@ -794,13 +812,13 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         };
         raw_t kr[U][NL], vr[U][NL];
         if (first < c1) load_step(first, kr, vr);
-        [[maybe_unused]] int nstep = 0; /* steps since the block sum */
+        [[maybe_unused]] uint32_t nstep = 0; /* steps since the block sum */
         for (uint64_t base = first; base < c1; base += step) {
             raw_t kn[U][NL], vn[U][NL];
             if (base + step < c1) load_step(base + step, kn, vn);
             compute_step(base, kr, vr);
             if constexpr (SUMS)
-                if (++nstep % FDEC_CUDA_SUM_STEPS == 0) add_block(false);
+                if ((++nstep & sum_mask) == 0) add_block(false);
 #pragma unroll
             for (int u = 0; u < U; u++)
 #pragma unroll

@@ -13,7 +13,9 @@
  *
  * Two builds of this file (make fuzz-cuda): with -fsanitize=fuzzer, a libFuzzer target; with -DFDEC_FUZZ_DRIVER, a
  * plain program that runs the files named on its command line, then random inputs for -seconds S (default 30) from
- * -seed N, so that it can run under compute-sanitizer. Without a CUDA device both print a line and exit 0.
+ * -seed N, so that it can run under compute-sanitizer; -max-kv N, before the files, lets a case reach N K elements
+ * (default 2^18), for long hand-made inputs. It ends with the worst error of the compared elements, as a share of
+ * the tolerance. Without a CUDA device both print a line and exit 0.
  * -DFDEC_FUZZ_HOST rehearses the checks without a GPU (below).
  */
 #include "flashdec.h"
@@ -167,8 +169,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const double tol = 2 * fd_tolerance_of(L.out_dtype, L.head_dim, S) * fmax(vmax, 1e-30) + 1e-30;
         for (size_t i = 0; i < (size_t)L.num_q_heads * L.head_dim; i++) {
             const double a = fdec_load_elem(out, i, L.out_dtype), b = fdec_load_elem(cout, i, L.out_dtype);
-            if (!(fabs(a - b) <= tol) && !(isnan(a) && isnan(b)))
-                FAIL("%s: out[%zu] = %.9g on the GPU, %.9g on the CPU (tolerance %.3g)", layer_desc, i, a, b, tol);
+            if (!(fabs(a - b) <= tol) && !(isnan(a) && isnan(b))) {
+                /* which of the two is off: the float64 reference (src/ref.c) */
+                fdec_problem pr;
+                double *ref = malloc(sizeof(double) * L.num_q_heads * L.head_dim);
+                const int have_ref = ref && fdec_problem_init(&L, c.seq_len, &pr) == FDEC_OK;
+                if (have_ref) fdec_reference(&pr, q, k, v, ref, NULL);
+                FAIL("%s: out[%zu] = %.9g on the GPU, %.9g on the CPU, %.9g in float64 (tolerance %.3g)", layer_desc,
+                     i, a, b, have_ref ? ref[i] : NAN, tol);
+            }
             if (fabs(a - b) / tol > worst) worst = fabs(a - b) / tol;
         }
         if (want_lse)
@@ -209,6 +218,10 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "-seed") && i + 1 < argc) {
             seed = strtoull(argv[++i], NULL, 10);
+            continue;
+        }
+        if (!strcmp(argv[i], "-max-kv") && i + 1 < argc) { /* before the files it applies to */
+            fuzz_max_kv = strtoull(argv[++i], NULL, 10);
             continue;
         }
         FILE *f = fopen(argv[i], "rb");

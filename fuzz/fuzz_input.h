@@ -42,6 +42,10 @@ typedef struct {
     size_t qes, kes, oes;         /* element sizes (2 for a dtype out of range) */
 } fuzz_case;
 
+/* The most K (or V) elements a case may reach, and cache rows x position stride: 2^18 and 1e6 for the fuzzers;
+ * fuzz_decode_cuda's driver takes a larger bound (-max-kv) to replay long hand-made inputs. */
+static size_t fuzz_max_kv = (size_t)1 << 18;
+
 /* Reads a case; 0 when its buffers would be too large for a fuzzer to spend its time on (the call is valid but slow,
  * or, like 65536 heads of head_dim 1, needs 100s of MB of scratch). */
 static inline int fuzz_case_read(reader *r, fuzz_case *c) {
@@ -67,7 +71,9 @@ static inline int fuzz_case_read(reader *r, fuzz_case *c) {
     const size_t rows = L->ring_capacity ? L->ring_capacity : c->seq_len;
     c->kv_elems = rows && D ? (rows - 1) * ps + (G - 1) * hs + D : 1;
     c->qe = H * D != 0 ? H * D : 1;
-    if (c->kv_elems > ((size_t)1 << 18) || c->qe > ((size_t)1 << 16) || H > 1024 || (double)rows * ps > 1e6) return 0;
+    if (c->kv_elems > fuzz_max_kv || c->qe > ((size_t)1 << 16) || H > 1024 ||
+        (double)rows * ps > 1e6 * ((double)fuzz_max_kv / (1 << 18)))
+        return 0;
     c->kes = fuzz_elem_size(L->kv_dtype), c->qes = fuzz_elem_size(L->q_dtype), c->oes = fuzz_elem_size(L->out_dtype);
     c->finite = take(r, 1) < 200;
     return 1;

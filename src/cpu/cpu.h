@@ -24,9 +24,9 @@ static inline uint32_t fdec_cpu_padded_dim(uint32_t D) { return (D + 15) / 16 * 
 #endif
 
 /* Floats of work (sT) one kernel call needs for H heads: a block's scores of every head (H x NB), then for each head
- * the totals of the groups before the current one (Dp floats of o, then l and their max, padded to Dp + 16). */
+ * the totals of the groups before the current one in double (Dp of o, then l and their max, padded to Dp + 16). */
 static inline size_t fdec_cpu_work_floats(uint32_t H, uint32_t D) {
-    return (size_t)H * (FDEC_CPU_NB + fdec_cpu_padded_dim(D) + 16);
+    return (size_t)H * (FDEC_CPU_NB + 2 * ((size_t)fdec_cpu_padded_dim(D) + 16));
 }
 
 typedef struct {

@@ -254,26 +254,27 @@ ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_
     block_out(vb, rstride, nb, vn, nn, R, Dp, m, l, o, sT, D, T);
 }
 
-/* The earlier groups' totals of each head, Dp + 16 floats apart in tot: o's in the first Dp, then l and the running
- * max m they are relative to, like a chunk's partial state; a group is merged into them as states are (state.h), each
- * side weighted by e^(its max - m). into_tot (a group ends): tot = tot + (o, l), or a copy of them when first; o and l
- * start again from zero. Otherwise (the chunk ends): o, l = tot + (o, l), the chunk's state. */
-ALWAYS_INLINE void add_groups(float *tot, float *o, float *l, const float *m, uint32_t H, uint32_t Dp, int first,
-                              int into_tot) {
+/* The earlier groups' totals of each head, in double, Dp + 16 apart in tot: o's in the first Dp, then l and the
+ * running max m they are relative to, like a chunk's partial state; a group is merged into them as states are
+ * (state.h), each side weighted by e^(its max - m). into_tot (a group ends): tot = tot + (o, l), or a copy of them
+ * when first; o and l start again from zero. Otherwise (the chunk ends): o, l = tot + (o, l), the chunk's state.
+ * Double, because the totals are themselves a running sum, one term a group: in f32, one thread's chunk of 4M
+ * positions (4,096 groups) came out 2.7e-5 off (CPU log row 64); the adds cost Dp double FMAs a head a group of
+ * 1,024 positions. Not inlined: once a group, and inlined into the decode loop it cost the Gemma 4 full layer ~2%. */
+static __attribute__((noinline)) void add_groups(double *tot, float *o, float *l, const float *m, uint32_t H,
+                                                 uint32_t Dp, int first, int into_tot) {
     for (uint32_t h = 0; h < H; h++) {
-        float *oh = o + (size_t)h * Dp, *th = tot + (size_t)h * (Dp + 16);
+        float *oh = o + (size_t)h * Dp;
+        double *th = tot + (size_t)h * (Dp + 16);
         /* first: a copy (the totals' memory holds whatever it held, maybe a NaN, which 0 x would keep) */
-        const float w = first || th[Dp + 1] == m[h] ? 1.0f : fdec_state_weight(th[Dp + 1], m[h]);
-        const V vw = vset1(w);
-        float *dst = into_tot ? th : oh;
-        for (uint32_t d = 0; d < Dp; d += VW)
-            vstoref(dst + d, first ? vloadf(oh + d) : vfma(vloadf(th + d), vw, vloadf(oh + d)));
-        const float lt = first ? l[h] : th[Dp] * w + l[h];
+        const double w = first || th[Dp + 1] == m[h] ? 1.0 : th[Dp + 1] == -INFINITY ? 0.0 : exp(th[Dp + 1] - m[h]);
         if (into_tot) {
-            for (uint32_t d = 0; d < Dp; d += VW) vstoref(oh + d, vzero());
-            th[Dp] = lt, th[Dp + 1] = m[h], l[h] = 0.0f;
-        } else
-            l[h] = lt;
+            for (uint32_t d = 0; d < Dp; d++) th[d] = first ? oh[d] : th[d] * w + oh[d], oh[d] = 0.0f;
+            th[Dp] = first ? l[h] : th[Dp] * w + l[h], th[Dp + 1] = m[h], l[h] = 0.0f;
+        } else {
+            for (uint32_t d = 0; d < Dp; d++) oh[d] = (float)(th[d] * w + oh[d]);
+            l[h] = (float)(th[Dp] * w + l[h]);
+        }
     }
 }
 
@@ -324,7 +325,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
     const size_t es = fdec_dtype_size(T), rstride = a->ps * es, hstride = a->hs * es;
     /* o and l are the sums of the current group of FDEC_CPU_GROUP_BLOCKS blocks; tot holds the earlier groups' (see
      * add_groups), untouched in a chunk of one group (1,024 positions) */
-    float *const tot = sT + (size_t)a->H * NB;
+    double *const tot = (double *)(sT + (size_t)a->H * NB); /* 8-byte aligned: H x NB floats on from sT */
     uint32_t nblk = 0, ngroups = 0; /* blocks of the current group done; groups in tot */
     for (uint32_t h = 0; h < a->H; h++) {
         m[h] = -INFINITY;

@@ -115,6 +115,14 @@
 #ifndef FDEC_MMA_MEASURE_COPY_ONLY
 #define FDEC_MMA_MEASURE_COPY_ONLY 0
 #endif
+/* 1: each step's P V products summed from zero by the MMA, then added to o by an FP32 add, instead of accumulated
+ * in o by the MMA itself. The tensor cores add into their accumulator without rounding to nearest (their sums are
+ * truncated), so a long chunk's o drifts low: on hand-made inputs whose weights and V are nearly the same everywhere
+ * (fuzz/findings) the GPU was up to 1.2e-5 of V's size low at 131k positions (head_dim 512; 6 times the tests' f32
+ * tolerance) and 1.1e-3 as one chunk (bench/NOTES.md, CUDA log row 74). */
+#ifndef FDEC_MMA_ROUNDED_SUMS
+#define FDEC_MMA_ROUNDED_SUMS 1
+#endif
 /* Steps prefetched into L2 ahead of the ring at head_dim >= 256 (0: none). With cp.async there, 2 measured best
  * (4 lost 25-35%, CUDA log row 11); with the bulk copies of FDEC_MMA_TMA_WIDE none is best: Gemma 4 full 131k
  * 164.7 -> 141.3 us, 32k 53.1 -> 47.4, Gemma sliding-full 131k 304 -> 255.4 (bench/NOTES.md, CUDA log row 30). */
@@ -642,12 +650,23 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
                 const int r = prow + kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), c = ds / 8 + np * 2 + (lane >> 4);
                 unsigned b[4];
                 fdec_ldsm_x4_t(b, piece(V, r, c));
-                fdec_mma<KT>(o[2 * np], pa, b[0], b[1]);
-                fdec_mma<KT>(o[2 * np + 1], pa, b[2], b[3]);
+#if FDEC_MMA_ROUNDED_SUMS
+                /* this step's 16 positions from zero, then added to o in the FP32 pipe (rounded to nearest) */
+                float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+#else
+                float(&d0)[4] = o[2 * np];
+                float(&d1)[4] = o[2 * np + 1];
+#endif
+                fdec_mma<KT>(d0, pa, b[0], b[1]);
+                fdec_mma<KT>(d1, pa, b[2], b[3]);
                 if constexpr (NTERM == 3) {
-                    fdec_mma<KT>(o[2 * np], pa3, b[0], b[1]);
-                    fdec_mma<KT>(o[2 * np + 1], pa3, b[2], b[3]);
+                    fdec_mma<KT>(d0, pa3, b[0], b[1]);
+                    fdec_mma<KT>(d1, pa3, b[2], b[3]);
                 }
+#if FDEC_MMA_ROUNDED_SUMS
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[2 * np][e] += d0[e], o[2 * np + 1][e] += d1[e];
+#endif
             }
         }
     }

@@ -30,14 +30,15 @@
 #define FDEC_CUDA_MAX_CHUNKS 256
 /* The SIMT kernel's block sums (fdec_decode_kernel's SUMS), in calls where a lane group sums more than
  * FDEC_CUDA_SUM_MIN_TERMS rows of a chunk (cuda.cu's pick_sums): a lane sums a period of steps from zero before it
- * adds them to its totals. The period is FDEC_CUDA_SUM_STEPS, or where a lane takes more than its square of steps in
- * a chunk, the power of two whose square reaches them (fdec_sum_period), so that neither level of sums holds many
- * more terms than the other. 64 rather than 16: as fast on an H200 (within 1%, 16 faster in no case), and more exact
- * where a lane group sums thousands of rows: on the corpus input cuda-f32-drift-d1-h28-68k with chunks of 32k and
- * 68k positions (8k and 17k rows a lane group) the H200's worst error was 0.40 and 0.73 of the fuzz tolerance with
- * 16 steps, 0.075 and 0.45 with 64. In bench/micro/simt_sum_order.c's emulation, which predicted that, a fixed 64
- * drifts again at 64k rows (1.1e-5 of V's size, the bug's size), the growing period stays under 1e-6 there
- * (bench/NOTES.md, CUDA log rows 72 and 73). A power of two. */
+ * adds them to its totals. The period is FDEC_CUDA_SUM_STEPS, or where a lane takes more than the square of that in
+ * steps in a chunk, the power of two whose square reaches them (fdec_sum_period), so that neither level of sums holds
+ * many more terms than the other. 64 rather than 16: as fast on an H200 (within 1%, 16 faster in no case), and more
+ * exact where a lane group sums thousands of rows: on the corpus input cuda-f32-drift-d1-h28-68k with chunks of 32k
+ * and 68k positions (8k and 17k rows a lane group) the H200's worst error was 0.40 and 0.73 of the fuzz tolerance
+ * with 16 steps, 0.075 and 0.45 with 64. In bench/micro/simt_sum_order.c's emulation, which predicted that, a fixed
+ * 64 drifts again at 64k rows (1.1e-5 of V's size, the bug's size), the growing period stays under 1e-6 there
+ * (bench/NOTES.md, CUDA log rows 72 and 73). A power of two. Open: it counts steps, and a step is U rows, up to 4,
+ * so there a block holds up to 4 times the rows; an f32 chunk of 131k positions drifted again (CUDA log row 74). */
 #ifndef FDEC_CUDA_SUM_STEPS
 #define FDEC_CUDA_SUM_STEPS 64
 #endif

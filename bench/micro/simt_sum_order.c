@@ -8,7 +8,9 @@
  * then merged in double, so that the error is the lane sums' alone. It prints the largest error of any output element
  * against the float64 softmax, relative to the largest |V|.
  *   cc -O2 -Iinclude -Ifuzz bench/micro/simt_sum_order.c -lm -o /tmp/sso
- *   [SSO_STEPS=16] /tmp/sso fuzz/corpus/cuda-f32-drift-d1-h28-68k [rows-a-lane ...]
+ *   [SSO_STEPS=16] [SSO_U=4] [SSO_BY_ROWS=1] /tmp/sso fuzz/corpus/cuda-f32-drift-d1-h28-68k [rows-a-lane ...]
+ * SSO_U: rows a lane takes a step (the kernel's U; 4 at f32 head_dim 128); SSO_BY_ROWS: the kernel's period rule on
+ * rows instead of steps (bench/results/simt-sum-order-u4-s30.txt).
  * (CPU's exp2f stands in for the GPU's: the figures say how the drift grows, not the GPU's exact values.) */
 #include <math.h>
 #include <stdio.h>
@@ -18,14 +20,17 @@
 
 #define NW 4    /* warps a block */
 static int STEPS = 0; /* block sum period: SSO_STEPS=N in the environment; 0, the default, the kernel's rule */
+static int U = 1;     /* rows a lane takes a step (the kernel's fdec_shape U: 1, 2 or 4); SSO_U=N */
+static int BY_ROWS;   /* SSO_BY_ROWS=1: the kernel's rule applied to rows, the period in steps that rule / U */
 
-/* the kernel's period for a lane group of `rows` steps (kernels.cuh, fdec_sum_period): 64, or the power of two
- * whose square reaches the steps where that is more */
+/* the kernel's period in steps for a lane group of `rows` rows, `rows / U` steps (kernels.cuh, fdec_sum_period): 64,
+ * or the power of two whose square reaches the steps where that is more */
 static int period_of(uint64_t rows) {
     if (STEPS) return STEPS;
+    const uint64_t n = BY_ROWS ? rows : (rows + U - 1) / U;
     uint64_t per = 64;
-    while (per * per < rows) per <<= 1;
-    return (int)per;
+    while (per * per < n) per <<= 1;
+    return BY_ROWS ? (int)(per / U > 0 ? per / U : 1) : (int)per;
 }
 
 static float w2(float mi, float m) { return mi == -INFINITY ? 0.f : exp2f(mi - m); }
@@ -36,11 +41,22 @@ static void lane(const float *s, const float *v, size_t vs, uint32_t D, uint64_t
     float m = -INFINITY, l = 0.f, mt = -INFINITY, lt = 0.f;
     float *o = calloc(D, sizeof(float)), *ot = calloc(D, sizeof(float));
     int n = 0;
-    for (uint64_t t = first; t < end; t += NW) {
-        const float smax = fmaxf(m, s[t]), alpha = w2(m, smax), p = exp2f(s[t] - smax);
-        l = fmaf(l, alpha, p);
+    for (uint64_t t = first; t < end; t += (uint64_t)NW * U) { /* one step: rows t, t + NW, ... (U of them) */
+        float smax = m, p[4];
+        for (int u = 0; u < U; u++)
+            if (t + (uint64_t)u * NW < end) smax = fmaxf(smax, s[t + (uint64_t)u * NW]);
+        const float alpha = w2(m, smax);
+        float psum = 0.f;
+        for (int u = 0; u < U; u++) {
+            p[u] = t + (uint64_t)u * NW < end ? exp2f(s[t + (uint64_t)u * NW] - smax) : 0.f;
+            psum += p[u];
+        }
+        l = fmaf(l, alpha, psum);
         m = smax;
-        for (uint32_t d = 0; d < D; d++) o[d] = fmaf(p, v[t * vs + d], o[d] * alpha);
+        for (uint32_t d = 0; d < D; d++) o[d] *= alpha;
+        for (int u = 0; u < U; u++)
+            if (t + (uint64_t)u * NW < end)
+                for (uint32_t d = 0; d < D; d++) o[d] = fmaf(p[u], v[(t + (uint64_t)u * NW) * vs + d], o[d]);
         if (sums && ++n % sums == 0) {
             const float w = w2(mt, m);
             lt = fmaf(lt, w, l), l = 0.f;
@@ -62,6 +78,9 @@ static void lane(const float *s, const float *v, size_t vs, uint32_t D, uint64_t
 int main(int argc, char **argv) {
     if (argc < 2) return fprintf(stderr, "usage: [SSO_STEPS=N] %s FUZZ_INPUT [rows-per-lane ...]\n", argv[0]), 2;
     if (getenv("SSO_STEPS")) STEPS = atoi(getenv("SSO_STEPS")) > 0 ? atoi(getenv("SSO_STEPS")) : 0;
+    if (getenv("SSO_U")) U = atoi(getenv("SSO_U")) == 2 || atoi(getenv("SSO_U")) == 4 ? atoi(getenv("SSO_U")) : 1;
+    BY_ROWS = getenv("SSO_BY_ROWS") && atoi(getenv("SSO_BY_ROWS"));
+    fuzz_max_kv = (size_t)1 << 28; /* hand-made inputs (fuzz/findings) reach more than a fuzzer's case */
     FILE *f = fopen(argv[1], "rb");
     if (!f) return perror(argv[1]), 1;
     static uint8_t buf[1 << 16];

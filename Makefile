@@ -99,6 +99,7 @@ $(BUILD)/libflashdec_nccl.so: src/nccl/sp.c include/flashdec_nccl.h $(HDRS) $(BU
 	  -L$(CUDA_HOME)/lib64 -lnccl -lcudart -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	  -Wl,-soname,libflashdec_nccl.so
 
+$(BUILD)/tests/test_main.o: fuzz/fuzz_input.h # test_drift reads the corpus drift input as the fuzz harnesses do
 $(BUILD)/tests/run_tests: $(BUILD)/tests/test_main.o $(TOOL_OBJ) $(BUILD)/libflashdec.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -42,8 +42,9 @@ typedef struct {
     size_t qes, kes, oes;         /* element sizes (2 for a dtype out of range) */
 } fuzz_case;
 
-/* The most K (or V) elements a case may reach, and cache rows x position stride: 2^18 and 1e6 for the fuzzers;
- * fuzz_decode_cuda's driver takes a larger bound (-max-kv) to replay long hand-made inputs. */
+/* The most K (or V) elements a case may reach: 2^18 for the fuzzers (and cache rows x position stride at most 1e6,
+ * a bound that grows with this one); fuzz_decode_cuda's driver (-max-kv) and the tests take a larger one to read long
+ * hand-made inputs. */
 static size_t fuzz_max_kv = (size_t)1 << 18;
 
 /* Reads a case; 0 when its buffers would be too large for a fuzzer to spend its time on (the call is valid but slow,

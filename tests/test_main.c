@@ -10,6 +10,7 @@
 #include "../tools/bench_util.h"
 #include "../tools/devmem.h"
 #include "../src/cpu/cpu.h" /* the CPU paths' vector conversions (test_conversions) */
+#include "../fuzz/fuzz_input.h" /* the corpus drift input's reading and filling (test_drift) */
 
 #include <math.h>
 #include <pthread.h>
@@ -340,32 +341,30 @@ static void test_long_sums(path_ctx *pc, int npc) {
     one_case(pc, npc, "long sums 100/32/8 L=32768 f16", layer_of(100, 32, 8, 0, 0, FDEC_F16, 0), 32768, 1.0f, 43);
 }
 
-/* A buffer of elements of es bytes filled as fuzz/fuzz_input.h fills a finite input from the fuzz bytes 94 ff (those
- * of fuzz/corpus/cuda-f32-drift-d1-h28-68k): the two bytes over and over, every 61st byte XORed with salt, the top
- * byte of each element cut to 0x3b (f32 elements ~0.0045, nearly all alike). */
-static void drift_fill(void *buf, size_t bytes, size_t es, uint8_t salt) {
-    uint8_t *b = buf;
-    for (size_t i = 0; i < bytes; i++) b[i] = i % 2 ? 0xff : 0x94;
-    for (size_t i = 0; i < bytes; i += 61) b[i] ^= salt;
-    for (size_t i = es - 1; i < bytes; i += es) b[i] &= 0x3b;
-}
-
-/* The corpus drift input's q, K and V at 4M positions (head_dim 1, 28 heads on one KV head, f32), V times 128 (exact)
- * so that it is ~0.6 and the absolute tolerance bites. Nearly equal weights over nearly equal V: a running f32 sum of
+/* The corpus drift input (fuzz/corpus/cuda-f32-drift-d1-h28-68k: head_dim 1, 28 heads on one KV head, f32) with
+ * seq_len 4,194,304, read and filled by the fuzz harnesses' own code (fuzz/fuzz_input.h), then V times 128 (exact) so
+ * that it is ~0.6 and the absolute tolerance bites. Nearly equal weights over nearly equal V: a running f32 sum of
  * like terms drifts. The CPU's group totals were such a sum, one term a group of 1,024 positions: one thread (one
  * chunk) came out 2.7e-5 off relative, two threads 5.8e-6, against the tolerance's 2e-6; in double 1e-7
  * (bench/NOTES.md, CPU log row 64). The CUDA SIMT kernel sums 55k rows a lane group here (block sums of 256 steps). */
 static void test_drift(path_ctx *pc, int npc) {
-    fdec_layer L = layer_of(1, 28, 1, 0, 0, FDEC_F32, 0);
+    static const uint8_t bytes[] = {0x32, 0x00, 0x01, 0xd3, 0x00, 0x1c, 0x00, 0xfa, 0x00, 0x1c, 0x20,
+                                    0xfa, 0x02, 0x2e, 0x6e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+                                    0x00, 0xe7, 0x00, 0x40, 0x00, 0x00, 0xb5, 0x66, 0x94, 0xff};
+    reader rd = {bytes, sizeof bytes};
+    fuzz_case fc;
+    fuzz_max_kv = (size_t)1 << 22;
+    if (!fuzz_case_read(&rd, &fc) || !fc.finite || fc.seq_len != 4194304) {
+        check(0, "drift input: the fuzz bytes do not read as the case they were written for");
+        return;
+    }
     fd_rng r = {44};
     fd_problem pr;
-    if (fd_problem_make(&pr, &L, 4194304, FD_DENSE, 1.0f, &r)) {
+    if (fd_problem_make(&pr, &fc.L, fc.seq_len, FD_DENSE, 1.0f, &r)) {
         check(0, "drift input: could not build: %s", fdec_last_error());
         return;
     }
-    drift_fill(pr.q, 28 * sizeof(float), sizeof(float), 1);
-    drift_fill(pr.k, pr.kv_elems * sizeof(float), sizeof(float), 2);
-    drift_fill(pr.v, pr.kv_elems * sizeof(float), sizeof(float), 3);
+    fuzz_fill_inputs(&rd, &fc, pr.q, pr.k, pr.v); /* the dense layout: the same element counts as the fuzz case's */
     for (size_t i = 0; i < pr.kv_elems; i++) ((float *)pr.v)[i] *= 128.0f;
     check_problem(pc, npc, "drift input 1/28/1 L=4194304 f32", &pr);
     fd_problem_free(&pr);

@@ -260,7 +260,8 @@ ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_
  * when first; o and l start again from zero. Otherwise (the chunk ends): o, l = tot + (o, l), the chunk's state.
  * Double, because the totals are themselves a running sum, one term a group: in f32, one thread's chunk of 4M
  * positions (4,096 groups) came out 2.7e-5 off (CPU log row 64); the adds cost Dp double FMAs a head a group of
- * 1,024 positions. Not inlined: once a group, and inlined into the decode loop it cost the Gemma 4 full layer ~2%. */
+ * 1,024 positions. The weight is state.h's fdec_state_weight in double. Not inlined: once a group, and inlined into
+ * the decode loop it cost the Gemma 4 full layer ~2%. */
 static __attribute__((noinline)) void add_groups(double *tot, float *o, float *l, const float *m, uint32_t H,
                                                  uint32_t Dp, int first, int into_tot) {
     for (uint32_t h = 0; h < H; h++) {

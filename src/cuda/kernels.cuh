@@ -636,7 +636,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
      * running sum over a long chunk drifted 7.7e-6 of V's size from the float64 value (head_dim 1, 28 heads on 1
      * KV head, 68k positions, f32: ~900 terms a lane), where the tests allow 2e-6 (bench/NOTES.md, CUDA log row
      * 72). The totals cost registers (the generic path's 159 -> 217) and, on an H200, time: -1.6% to +5% on the
-     * fast shapes, +23-25% on the generic path's f16 and head_dim 1 calls (-17% on an f32 one). So the host asks for
+     * fast shapes, +23-25% on the generic path's f16 and head_dim 1 calls (-17% on an f32 one); the period that
+     * grows with the chunk (sum_mask) then another +1.4-2.2% on the f32 fast shapes, -0.3 to -2.1% on the 16-bit and
+     * generic ones (row 73, against row 72's 16 steps). So the host asks for
      * them (SUMS) only where a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS rows, and they are compiled only
      * where they fit the registers (fdec_sums_fit). */
     static_assert(!SUMS || fdec_sums_fit<KT, D, RT>, "block sums compiled where their totals spill");

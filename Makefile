@@ -30,13 +30,15 @@ CU_SRC    := $(wildcard src/cuda/*.cu)
 CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 # -compress-all: the device code is stored compressed (the library ~11 MB -> ~3 MB at sm_90; unpacked once at load)
-# The K/V copies' L2 evict-first policy (FDEC_CP_EVICT_FIRST, src/cuda/kernels.cuh; 0.1-1.8 us a call on the H200) only
-# with the CUDA compilers the kernels were checked with on a GPU: the ptxas of CUDA 13 can drop the policy's
-# `createpolicy`, and a kernel that it does that to traps with an illegal instruction (bench/NOTES.md, CUDA log row 63).
-# Checked: 13.0 (the shipped kernels), 13.5 (its ptxas has the fix; the whole CUDA sweep on an H200, CUDA log row 69).
-# CUDA_L2_POLICY=1 or 0 decides it by hand; run `make test-cuda` on a GPU after turning it on for another compiler.
+# The K/V copies' L2 evict-first policy (FDEC_CP_EVICT_FIRST, src/cuda/kernels.cuh; 1-4% a call on the H200) only
+# with the CUDA compilers whose ptxas keeps it: the ptxas of early CUDA 13 releases can drop the policy's
+# `createpolicy`, and a kernel that it does that to traps with an illegal instruction (bench/NOTES.md, CUDA log rows 63
+# and 76). 13.0 did it to the bf16 kernels at head_dim 64 and 128 of session 30's code (row 76), so it is off there.
+# On: 13.5 (its ptxas has the fix; the whole CUDA sweep on an H200, CUDA log row 69). `make check-sass` looks for the
+# dropped policy in the built code. CUDA_L2_POLICY=1 or 0 decides it by hand; after turning it on for another
+# compiler, run `make check-sass` and `make test-cuda` on a GPU.
 NVCC_RELEASE   := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
-CUDA_L2_POLICY_CHECKED := 13.0 13.5
+CUDA_L2_POLICY_CHECKED := 13.5
 CUDA_L2_POLICY ?= $(if $(filter $(CUDA_L2_POLICY_CHECKED),$(NVCC_RELEASE)),1,0)
 NVFLAGS   := -O3 -std=c++17 -Xcompiler -fPIC -Iinclude $(CUDA_GENCODE) -lineinfo -Xfatbin -compress-all \
              -DFDEC_CP_EVICT_FIRST=$(CUDA_L2_POLICY) $(NVHOST)
@@ -59,7 +61,7 @@ FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib test test-cuda test-python sanitize fuzz fuzz-cuda demo bench install clean
+.PHONY: all lib test test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec $(SP_LIB)
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/simd.h $(HDRS)
@@ -121,12 +123,18 @@ $(BUILD)/stage/readme_example: $(BUILD)/readme_example.c all
 	  $(CC) -std=c11 -Wall -Wextra -Werror -o $@ $< `pkg-config --cflags --libs flashdec`
 
 # On a GPU machine the fuzz corpus is replayed, then the 262k drift input again as one chunk: 65,536 rows a lane group
-# of the SIMT kernel, where a fixed block sum period of 64 failed on an H200 (bench/NOTES.md, CUDA log row 73).
+# of the SIMT kernel, where a fixed block sum period of 64 failed on an H200 (bench/NOTES.md, CUDA log row 73); then
+# the tensor-core kernel's drift inputs (131,072 positions, more K elements than the replay's default bound), at the
+# library's split and as one chunk, which failed before its block sums (row 75).
+DRIFT_MMA := $(wildcard fuzz/corpus/cuda-drift-d*-f16-131072)
 test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme_example $(SP_TEST) $(FUZZ_DRIVER)
 	$(MAKE) --no-print-directory test-python
 	$(if $(SP_TEST),./$(SP_TEST),@echo "libflashdec_nccl: not built here (no nvcc or no nccl.h), its checks skipped")
 	$(if $(FUZZ_DRIVER),./$(FUZZ_DRIVER) -seconds 5 fuzz/corpus/*,@echo "fuzz_decode_cuda: not built here (no nvcc)")
 	$(if $(FUZZ_DRIVER),FDEC_CUDA_MIN_CHUNK=262144 ./$(FUZZ_DRIVER) -seconds 0 fuzz/corpus/cuda-f32-drift-d1-h28-262k)
+	$(if $(FUZZ_DRIVER),./$(FUZZ_DRIVER) -max-kv 300000000 -seconds 0 $(DRIFT_MMA))
+	$(if $(FUZZ_DRIVER),FDEC_CUDA_MIN_CHUNK=131072 ./$(FUZZ_DRIVER) -max-kv 300000000 -seconds 0 $(DRIFT_MMA))
+	$(if $(CU_OBJ),$(MAKE) --no-print-directory check-sass)
 	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example \
 	    --readme-example ./$(BUILD)/stage/readme_example
 
@@ -153,6 +161,15 @@ test-cuda: all $(BUILD)/tests/run_tests
 	  compute-sanitizer --tool initcheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 20 && \
 	  compute-sanitizer --tool synccheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 20; \
 	else echo "compute-sanitizer: skipped (no tool or no CUDA device)"; fi
+
+# The device code's copies against the ptxas hazard of CUDA_L2_POLICY (tools/sass_check.py): with cuobjdump and
+# nvdisasm from the toolkit, the PATH or CUOBJDUMP=... (PyPI: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm); a skip
+# line without them. `make test` runs it where CUDA code is built.
+CUOBJDUMP ?= $(firstword $(wildcard $(CUDA_HOME)/bin/cuobjdump) $(shell command -v cuobjdump 2>/dev/null))
+check-sass: $(BUILD)/libflashdec.so
+	@if [ -n "$(CUOBJDUMP)" ] && [ -n "$(CU_OBJ)" ]; then \
+	  PATH="$$(dirname $(CUOBJDUMP)):$$PATH" $(CUOBJDUMP) -sass $(BUILD)/libflashdec.so | python3 tools/sass_check.py; \
+	else echo "check-sass: skipped (no cuobjdump, or no CUDA code built; CUOBJDUMP=... names one)"; fi
 
 # The C suite under AddressSanitizer + UndefinedBehaviorSanitizer (every path, a smaller sweep: the scalar
 # path is slow under ASan), then under ThreadSanitizer. Separate build folders; CUDA off (the GPU has

@@ -234,14 +234,15 @@ constexpr size_t fdec_pipe_bytes() {
  * 66.0; the window 7.05 -> 6.9; head-major against SDPA (torch_peer) LFM2 1k 6.26 -> 5.76 us (SDPA 6.3), 32k 22.6 ->
  * 21.5 (22.2). A policy made once a thread and kept in a register made some launches fail with an illegal instruction
  * (bench/NOTES.md, CUDA log row 53). 0: no policy.
- * A hazard: the ptxas of CUDA 13 can drop the `createpolicy` and leave a copy reading an unset register as its
- * policy, which the GPU traps as an illegal instruction (a known ptxas bug). The shipped kernels do not hit it, but
- * two unrelated changes to the decode block's tail did, in the head_dim 128 kernel's long-chunk calls, also with the
- * policy passed in as a kernel parameter (CUDA log rows 61-63). After any change to the kernels run `make test-cuda`:
- * its CUDA graph test and long calls trap at once. Without the policy every preset is 0.1-1.8 us a call slower.
- * The Makefile sets it: 1 only with the CUDA releases the kernels were checked with (CUDA_L2_POLICY: 13.0, 13.5; rows
- * 68-69). And only the sm_90 code takes it: the sm_80 code (A100, and the sm_86 / sm_89 cards that run it) has never
- * run on a GPU here, so it has no policy rather than an unchecked one. */
+ * A hazard: the ptxas of early CUDA 13 releases can drop the `createpolicy` and leave a copy reading an unset
+ * register as its policy, which the GPU traps as an illegal instruction, or not, by what the register held (a known
+ * ptxas bug, fixed in 13.4). With CUDA 13.0 two changes to the decode block's tail did it to the head_dim 128 kernel,
+ * also with the policy passed in as a kernel parameter (CUDA log rows 61-63), session 30's rounded sums to the bf16
+ * kernels at head_dim 64 and 128 (bf16 Llama-3-8B 32k failed on the H200 with the policy, passed without), and session 31's block sums to the f16 ones
+ * (row 76). So the Makefile sets it only with CUDA 13.5 (CUDA_L2_POLICY; rows 68-69, and tools/sass_check.py finds
+ * no dropped policy in this code built by its ptxas), and `make check-sass` looks for the hazard in a build's SASS.
+ * Without the policy the presets are 0-4% slower (row 76). Only the sm_90 code takes it: the sm_80 code (A100, and
+ * the sm_86 / sm_89 cards that run it) has never run on a GPU here, so it has no policy rather than an unchecked one. */
 #ifndef FDEC_CP_EVICT_FIRST
 #define FDEC_CP_EVICT_FIRST 1
 #endif

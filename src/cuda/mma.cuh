@@ -123,6 +123,31 @@
 #ifndef FDEC_MMA_ROUNDED_SUMS
 #define FDEC_MMA_ROUNDED_SUMS 1
 #endif
+/* 1 (with FDEC_MMA_ROUNDED_SUMS): o and l are summed in blocks of FDEC_MMA_SUM_STEPS steps. Rounded adds alone still
+ * drift over a long chunk (the same hand-made inputs: 3.6-6.6e-6 of V's size off at the library's split, 2.7e-5 to
+ * 2.6e-4 as one chunk of 131,072 positions), and the kernel has no registers for a second o. So each step's two
+ * MMA rows (p's high and low terms) are added together and into the registers of the low row, which hold the
+ * block's sum; every FDEC_MMA_SUM_STEPS steps the block goes into o by a compensated add (Fast2Sum), whose rounding
+ * error stays in the block registers as the next block's start. The same adds a step as the rounded sums, one more
+ * register (l's block). A compensated add every step instead (three more adds an element) cost up to 9% (LFM2
+ * 131k) (bench/NOTES.md, CUDA log row 75). */
+#ifndef FDEC_MMA_BLOCK_SUMS
+#define FDEC_MMA_BLOCK_SUMS 1
+#endif
+#ifndef FDEC_MMA_SUM_STEPS
+#define FDEC_MMA_SUM_STEPS 16 /* a power of two */
+#endif
+#if FDEC_MMA_BLOCK_SUMS && !FDEC_MMA_ROUNDED_SUMS
+#error "FDEC_MMA_BLOCK_SUMS needs FDEC_MMA_ROUNDED_SUMS"
+#endif
+
+/* hi += blk, and blk = the add's rounding error (Fast2Sum: exact where |hi| >= |blk|, else a rounding of hi's size,
+ * which happens while o is about one block's size, not over the chunk) */
+__device__ __forceinline__ void fdec_flush_block(float &hi, float &blk) {
+    const float s = hi + blk;
+    blk = (hi - s) + blk;
+    hi = s;
+}
 /* Steps prefetched into L2 ahead of the ring at head_dim >= 256 (0: none). With cp.async there, 2 measured best
  * (4 lost 25-35%, CUDA log row 11); with the bulk copies of FDEC_MMA_TMA_WIDE none is best: Gemma 4 full 131k
  * 164.7 -> 141.3 us, 32k 53.1 -> 47.4, Gemma sliding-full 131k 304 -> 255.4 (bench/NOTES.md, CUDA log row 30). */
@@ -321,6 +346,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
     const int nh = min(RT, (int)(p.R - tile * RT));
 
     float m = -INFINITY, l = 0.f; /* state of head gq (base 2; l in units of PSCALE), per lane: l is partial */
+    float lb = 0.f;               /* l's block (FDEC_MMA_BLOCK_SUMS) */
     float o[OT][4];
 #pragma unroll
     for (int j = 0; j < OT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
@@ -625,11 +651,12 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
         const float alpha = fdec_weight2(m, smax);
         m = smax;
         if (__any_sync(0xffffffffu, alpha != 1.f)) {
-            l *= alpha;
+            l *= alpha, lb *= alpha;
 #pragma unroll
             for (int j = 0; j < OT; j++) o[j][0] *= alpha, o[j][1] *= alpha, o[j][2] *= alpha, o[j][3] *= alpha;
         }
         /* P as the A operand: rows gq / gq + 8 = the terms of p, columns = 16 positions */
+        float ls = 0.f; /* this step's weights */
 #pragma unroll
         for (int kp = 0; kp < NT / 2; kp++) {
             float t[4][3];
@@ -638,7 +665,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
                 const float x = sv[2 * kp + (j >> 1)][j & 1];
                 const float w = x == -INFINITY ? 0.f : exp2f(x - smax) * PSCALE;
                 fdec_split16<KT>(w, t[j]);
-                l += (t[j][0] + t[j][1]) + t[j][2]; /* the weight the MMA applies */
+                ls += (t[j][0] + t[j][1]) + t[j][2]; /* the weight the MMA applies */
             }
             const unsigned pa[4] = {fdec_pack16<KT>(t[0][0], t[1][0]), fdec_pack16<KT>(t[0][1], t[1][1]),
                                     fdec_pack16<KT>(t[2][0], t[3][0]), fdec_pack16<KT>(t[2][1], t[3][1])};
@@ -663,17 +690,34 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
                     fdec_mma<KT>(d0, pa3, b[0], b[1]);
                     fdec_mma<KT>(d1, pa3, b[2], b[3]);
                 }
-#if FDEC_MMA_ROUNDED_SUMS
+#if FDEC_MMA_BLOCK_SUMS
+#pragma unroll
+                for (int e = 0; e < 2; e++) { /* elements 0, 1: p's high terms; 2, 3: its low terms (the rows g + 8) */
+                    o[2 * np][e + 2] += d0[e] + d0[e + 2];
+                    o[2 * np + 1][e + 2] += d1[e] + d1[e + 2];
+                }
+#elif FDEC_MMA_ROUNDED_SUMS
 #pragma unroll
                 for (int e = 0; e < 4; e++) o[2 * np][e] += d0[e], o[2 * np + 1][e] += d1[e];
 #endif
             }
         }
+#if FDEC_MMA_BLOCK_SUMS
+        lb += ls;
+        if ((it & (FDEC_MMA_SUM_STEPS - 1)) == FDEC_MMA_SUM_STEPS - 1) { /* the block into o and l */
+#pragma unroll
+            for (int j = 0; j < OT; j++) fdec_flush_block(o[j][0], o[j][2]), fdec_flush_block(o[j][1], o[j][3]);
+            fdec_flush_block(l, lb);
+        }
+#else
+        l += ls;
+#endif
     }
     fdec_cp_async_wait<0>();
     __syncthreads(); /* the ring's memory is reused below */
 
     /* this position group's state: l summed over the row's four lanes; O = term rows added, PSCALE removed */
+    l += lb;
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     float *smem = reinterpret_cast<float *>(smem_raw);
@@ -683,6 +727,8 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
 #pragma unroll
         for (int j = 0; j < OT; j++) {
             const int d = ds + j * 8 + 2 * cq;
+            /* with FDEC_MMA_BLOCK_SUMS o[j][2..3] are the last block (an inf in o makes it NaN, inf - inf: non-finite
+             * either way, and the tail makes the head NaN, flashdec.h) */
             sm_o[(pg * RT + gq) * D + d] = (o[j][0] + o[j][2]) * (1.f / PSCALE);
             sm_o[(pg * RT + gq) * D + d + 1] = (o[j][1] + o[j][3]) * (1.f / PSCALE);
         }

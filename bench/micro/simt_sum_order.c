@@ -22,6 +22,8 @@
 static int STEPS = 0; /* block sum period: SSO_STEPS=N in the environment; 0, the default, the kernel's rule */
 static int U = 1;     /* rows a lane takes a step (the kernel's fdec_shape U: 1, 2 or 4); SSO_U=N */
 static int BY_ROWS;   /* SSO_BY_ROWS=1: the kernel's rule applied to rows, the period in steps that rule / U */
+static int COMP;      /* SSO_COMP=1: each block goes into the totals by a compensated add (Fast2Sum), its rounding
+                       * error left in the block as the next one's start (the tensor-core kernel's form, CUDA row 75) */
 
 /* the kernel's period in steps for a lane group of `rows` rows, `rows / U` steps (kernels.cuh, fdec_sum_period): 64,
  * or the power of two whose square reaches the steps where that is more */
@@ -59,8 +61,14 @@ static void lane(const float *s, const float *v, size_t vs, uint32_t D, uint64_t
                 for (uint32_t d = 0; d < D; d++) o[d] = fmaf(p[u], v[(t + (uint64_t)u * NW) * vs + d], o[d]);
         if (sums && ++n % sums == 0) {
             const float w = w2(mt, m);
-            lt = fmaf(lt, w, l), l = 0.f;
-            for (uint32_t d = 0; d < D; d++) ot[d] = fmaf(ot[d], w, o[d]), o[d] = 0.f;
+            if (COMP) {
+                float a = lt * w, t2 = a + l;
+                l = (a - t2) + l, lt = t2;
+                for (uint32_t d = 0; d < D; d++) a = ot[d] * w, t2 = a + o[d], o[d] = (a - t2) + o[d], ot[d] = t2;
+            } else {
+                lt = fmaf(lt, w, l), l = 0.f;
+                for (uint32_t d = 0; d < D; d++) ot[d] = fmaf(ot[d], w, o[d]), o[d] = 0.f;
+            }
             mt = m;
         }
     }
@@ -80,6 +88,7 @@ int main(int argc, char **argv) {
     if (getenv("SSO_STEPS")) STEPS = atoi(getenv("SSO_STEPS")) > 0 ? atoi(getenv("SSO_STEPS")) : 0;
     if (getenv("SSO_U")) U = atoi(getenv("SSO_U")) == 2 || atoi(getenv("SSO_U")) == 4 ? atoi(getenv("SSO_U")) : 1;
     BY_ROWS = getenv("SSO_BY_ROWS") && atoi(getenv("SSO_BY_ROWS"));
+    COMP = getenv("SSO_COMP") && atoi(getenv("SSO_COMP"));
     fuzz_max_kv = (size_t)1 << 28; /* hand-made inputs (fuzz/findings) reach more than a fuzzer's case */
     FILE *f = fopen(argv[1], "rb");
     if (!f) return perror(argv[1]), 1;

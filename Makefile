@@ -30,7 +30,7 @@ CU_SRC    := $(wildcard src/cuda/*.cu)
 CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 # -compress-all: the device code is stored compressed (the library ~11 MB -> ~3 MB at sm_90; unpacked once at load)
-# The K/V copies' L2 evict-first policy (FDEC_CP_EVICT_FIRST, src/cuda/kernels.cuh; 1-4% a call on the H200) only
+# The K/V copies' L2 evict-first policy (FDEC_CP_EVICT_FIRST, src/cuda/kernels.cuh; 0-5% a call on the H200) only
 # with the CUDA compilers whose ptxas keeps it: the ptxas of early CUDA 13 releases can drop the policy's
 # `createpolicy`, and a kernel that it does that to traps with an illegal instruction (bench/NOTES.md, CUDA log rows 63
 # and 76). 13.0 did it to the bf16 kernels at head_dim 64 and 128 of session 30's code (row 76), so it is off there.

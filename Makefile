@@ -162,12 +162,18 @@ test-cuda: all $(BUILD)/tests/run_tests
 	  compute-sanitizer --tool synccheck --error-exitcode 1 ./$(BUILD)/tests/run_tests --cuda --configs 20; \
 	else echo "compute-sanitizer: skipped (no tool or no CUDA device)"; fi
 
-# The device code's copies against the ptxas hazard of CUDA_L2_POLICY (tools/sass_check.py): with cuobjdump and
-# nvdisasm from the toolkit, the PATH or CUOBJDUMP=... (PyPI: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm); a skip
-# line without them. `make test` runs it where CUDA code is built.
-CUOBJDUMP ?= $(firstword $(wildcard $(CUDA_HOME)/bin/cuobjdump) $(shell command -v cuobjdump 2>/dev/null))
-check-sass: $(BUILD)/libflashdec.so
-	@if [ -n "$(CUOBJDUMP)" ] && [ -n "$(CU_OBJ)" ]; then \
+# The device code's copies against the ptxas hazard of CUDA_L2_POLICY (tools/sass_check.py). cuobjdump and nvdisasm
+# come from the toolkit, the PATH or CUOBJDUMP=...; where none has them, from PyPI (NVIDIA's nvidia-cuda-cuobjdump and
+# nvidia-cuda-nvdisasm, ~6 MB, into build/sasstools by the venv's pip); a skip line if that fails too. `make test` runs
+# it where CUDA code is built.
+SASS_TOOLS := $(BUILD)/sasstools
+SASS_PYPI  := $(SASS_TOOLS)/nvidia/cu13/bin/cuobjdump
+CUOBJDUMP ?= $(firstword $(wildcard $(CUDA_HOME)/bin/cuobjdump) $(shell command -v cuobjdump 2>/dev/null) $(SASS_PYPI))
+$(SASS_PYPI): | $(VENV)/bin/pytest
+	$(VENV)/bin/pip install -q --target $(SASS_TOOLS) nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37 || \
+	  echo "check-sass: cuobjdump could not be installed from PyPI"
+check-sass: $(BUILD)/libflashdec.so $(if $(filter $(SASS_PYPI),$(CUOBJDUMP)),$(SASS_PYPI))
+	@if [ -x "$(CUOBJDUMP)" ] && [ -n "$(CU_OBJ)" ]; then \
 	  PATH="$$(dirname $(CUOBJDUMP)):$$PATH" $(CUOBJDUMP) -sass $(BUILD)/libflashdec.so | python3 tools/sass_check.py; \
 	else echo "check-sass: skipped (no cuobjdump, or no CUDA code built; CUOBJDUMP=... names one)"; fi
 

@@ -26,7 +26,7 @@ def flagged(sass):
             if m and (m.group(1).startswith('U') or m.group(1).startswith(('S2UR', 'R2UR'))):
                 n = int(m.group(2))
                 written.add(n)
-                if '64' in m.group(1):
+                if {'64', 'WIDE'} & set(m.group(1).split('.')[1:]):  # ULDC.64, UIMAD.WIDE: a pair (not USHF.U64)
                     written.add(n + 1)
             uses += [(int(n), ins) for n in re.findall(r'desc\[UR(\d+)\]', ins)]
         out += [(name, ins) for n, ins in uses if n not in written or n + 1 not in written]

@@ -237,12 +237,13 @@ constexpr size_t fdec_pipe_bytes() {
  * A hazard: the ptxas of early CUDA 13 releases can drop the `createpolicy` and leave a copy reading an unset
  * register as its policy, which the GPU traps as an illegal instruction, or not, by what the register held (a known
  * ptxas bug, fixed in 13.4). With CUDA 13.0 two changes to the decode block's tail did it to the head_dim 128 kernel,
- * also with the policy passed in as a kernel parameter (CUDA log rows 61-63), session 30's rounded sums to the bf16
- * kernels at head_dim 64 and 128 (bf16 Llama-3-8B 32k failed on the H200 with the policy, passed without), and session 31's block sums to the f16 ones
- * (row 76). So the Makefile sets it only with CUDA 13.5 (CUDA_L2_POLICY; rows 68-69, and tools/sass_check.py finds
- * no dropped policy in this code built by its ptxas), and `make check-sass` looks for the hazard in a build's SASS.
- * Without the policy the presets are 0-5% slower (row 76). Only the sm_90 code takes it: the sm_80 code (A100, and
- * the sm_86 / sm_89 cards that run it) has never run on a GPU here, so it has no policy rather than an unchecked one. */
+ * also with the policy passed in as a kernel parameter (CUDA log rows 61-63); session 30's rounded sums did it to the
+ * bf16 kernels at head_dim 64 and 128 (bf16 Llama-3-8B 32k failed on the H200 with the policy, passed without), and
+ * session 31's block sums to the f16 ones (row 76). So the Makefile sets it only with CUDA 13.5 (CUDA_L2_POLICY; rows
+ * 68-69, and tools/sass_check.py finds no dropped policy in this code built by its ptxas), and `make check-sass`
+ * looks for the hazard in a build's SASS. Without the policy the presets are 0-5% slower (row 76). Only the sm_90
+ * code takes it: the sm_80 code (A100, and the sm_86 / sm_89 cards that run it) has never run on a GPU here, so it
+ * has no policy rather than an unchecked one. */
 #ifndef FDEC_CP_EVICT_FIRST
 #define FDEC_CP_EVICT_FIRST 1
 #endif

@@ -118,8 +118,8 @@
 /* 1: each step's P V products summed from zero by the MMA, then added to o by an FP32 add, instead of accumulated
  * in o by the MMA itself. The tensor cores add into their accumulator without rounding to nearest (their sums are
  * truncated), so a long chunk's o drifts low: on hand-made inputs whose weights and V are nearly the same everywhere
- * (fuzz/findings) the GPU was up to 1.2e-5 of V's size low at 131k positions (head_dim 512; 6 times the tests' f32
- * tolerance) and 1.1e-3 as one chunk (bench/NOTES.md, CUDA log row 74). */
+ * (fuzz/corpus/cuda-drift-*-f16-131072) the GPU was up to 1.2e-5 of V's size low at 131k positions (head_dim 512;
+ * 6 times the tests' f32 tolerance) and 1.1e-3 as one chunk (bench/NOTES.md, CUDA log row 74). */
 #ifndef FDEC_MMA_ROUNDED_SUMS
 #define FDEC_MMA_ROUNDED_SUMS 1
 #endif

@@ -22,6 +22,6 @@ def case(D, H, G, L, kv):
 
 
 for D, H, G, kv in [(64, 32, 8, 1), (128, 32, 8, 1), (256, 16, 8, 1), (512, 16, 2, 1), (128, 64, 8, 1),
-                    (128, 32, 8, 0)]:
-    with open(f"{sys.argv[1]}/cuda-drift-d{D}-h{H}-g{G}-{'f16' if kv else 'f32'}-131072", "wb") as f:
+                    (128, 32, 8, 0), (64, 32, 8, 2), (128, 32, 8, 2)]:  # kv: 0 f32, 1 f16, 2 bf16 (session 32)
+    with open(f"{sys.argv[1]}/cuda-drift-d{D}-h{H}-g{G}-{['f32', 'f16', 'bf16'][kv]}-131072", "wb") as f:
         f.write(case(D, H, G, 131072, kv))

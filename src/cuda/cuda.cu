@@ -42,6 +42,10 @@ extern "C" {
 #ifndef D64_ONE_BLOCK_PER_SM
 #define D64_ONE_BLOCK_PER_SM 1
 #endif
+/* 1: those splits make sure of one block an SM by their shared memory (make_plan) */
+#ifndef FDEC_CUDA_ONE_BLOCK_SMEM
+#define FDEC_CUDA_ONE_BLOCK_SMEM 1
+#endif
 /* Most chunks per head: bounds the scratch and the merge's loop. */
 #define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 
@@ -167,7 +171,7 @@ static size_t mma_smem(uint32_t D, int cc) {
 
 typedef struct {
     partial_fn fn;
-    int rt, tiles, fast, mma, threads;
+    int rt, tiles, fast, mma, threads, one_per_sm; /* one_per_sm: the split gives each SM one block */
     size_t smem, pipe;
     fdec_split split;
 } launch_plan;
@@ -208,7 +212,8 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
      * loop's compute compiled out: CUDA log row 24) */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
     uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
-    if (lp.mma && ((D512_ONE_BLOCK_PER_SM && p->D >= 512) || (D64_ONE_BLOCK_PER_SM && p->D == 64))) {
+    lp.one_per_sm = lp.mma && ((D512_ONE_BLOCK_PER_SM && p->D >= 512) || (D64_ONE_BLOCK_PER_SM && p->D == 64));
+    if (lp.one_per_sm) {
         lanes = (uint32_t)c->sms / per_chunk_blocks; /* at most one block an SM */
         if (lanes < 1) lanes = 1;
         if (lanes > FDEC_MERGE_SMALL_MAX && (uint64_t)FDEC_MERGE_SMALL_MAX * per_chunk_blocks * 16 >= (uint64_t)c->sms * 15)
@@ -254,6 +259,13 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     lp.smem = (2 * FDEC_CUDA_WARPS * lp.rt + (size_t)FDEC_CUDA_WARPS * lp.rt * p->D) * sizeof(float);
     /* (the tensor-core kernel's tail takes one state a position group, at most FDEC_CUDA_WARPS of them) */
     if (lp.smem < lp.pipe) lp.smem = lp.pipe;
+    /* A split of one block an SM also asks for more than half an SM's shared memory, so that no SM takes two of its
+     * blocks: the grid has fewer blocks than the device has SMs, and with the programmatic launch (the decode is
+     * launched while the merge before it runs) the block scheduler could put two on one SM and leave others idle.
+     * bf16 LFM2 (head_dim 64) lost 24% so: 32k 23.1 -> 28.4 us, 131k 78.4 -> 97.5, with 166 registers a thread
+     * (151 before; the same kernel ran at the same time alone under ncu, and without the programmatic launch at 23.5
+     * and 78.0) (bench/NOTES.md, CUDA log row 79). */
+    if (FDEC_CUDA_ONE_BLOCK_SMEM && lp.one_per_sm && lp.smem <= c->smem_optin / 2) lp.smem = c->smem_optin / 2 + 16;
     return lp;
 }
 

@@ -262,9 +262,9 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     /* A split of one block an SM also asks for more than half an SM's shared memory, so that no SM takes two of its
      * blocks: the grid has fewer blocks than the device has SMs, and with the programmatic launch (the decode is
      * launched while the merge before it runs) the block scheduler could put two on one SM and leave others idle.
-     * bf16 LFM2 (head_dim 64) lost 24% so: 32k 23.1 -> 28.4 us, 131k 78.4 -> 97.5, with 166 registers a thread
-     * (151 before; the same kernel ran at the same time alone under ncu, and without the programmatic launch at 23.5
-     * and 78.0) (bench/NOTES.md, CUDA log row 79). */
+     * bf16 LFM2 (head_dim 64) lost 24% so: 32k 23.1 -> 28.4 us, 131k 78.4 -> 97.5, at 153 or 166 registers a thread
+     * against 151 (alone under ncu the 151 and 153 builds took the same time; without the programmatic launch the
+     * 166 one ran at 23.5 and 78.0) (bench/NOTES.md, CUDA log row 79). */
     if (FDEC_CUDA_ONE_BLOCK_SMEM && lp.one_per_sm && lp.smem <= c->smem_optin / 2) lp.smem = c->smem_optin / 2 + 16;
     return lp;
 }

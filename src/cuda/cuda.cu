@@ -171,7 +171,7 @@ static size_t mma_smem(uint32_t D, int cc) {
 
 typedef struct {
     partial_fn fn;
-    int rt, tiles, fast, mma, threads, one_per_sm; /* one_per_sm: the split gives each SM one block */
+    int rt, tiles, fast, mma, threads;
     size_t smem, pipe;
     fdec_split split;
 } launch_plan;
@@ -212,8 +212,8 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
      * loop's compute compiled out: CUDA log row 24) */
     uint32_t per_chunk_blocks = p->G * (uint32_t)lp.tiles;
     uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
-    lp.one_per_sm = lp.mma && ((D512_ONE_BLOCK_PER_SM && p->D >= 512) || (D64_ONE_BLOCK_PER_SM && p->D == 64));
-    if (lp.one_per_sm) {
+    const int one_per_sm = lp.mma && ((D512_ONE_BLOCK_PER_SM && p->D >= 512) || (D64_ONE_BLOCK_PER_SM && p->D == 64));
+    if (one_per_sm) {
         lanes = (uint32_t)c->sms / per_chunk_blocks; /* at most one block an SM */
         if (lanes < 1) lanes = 1;
         if (lanes > FDEC_MERGE_SMALL_MAX && (uint64_t)FDEC_MERGE_SMALL_MAX * per_chunk_blocks * 16 >= (uint64_t)c->sms * 15)
@@ -261,11 +261,12 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     if (lp.smem < lp.pipe) lp.smem = lp.pipe;
     /* A split of one block an SM also asks for more than half an SM's shared memory, so that no SM takes two of its
      * blocks: the grid has fewer blocks than the device has SMs, and with the programmatic launch (the decode is
-     * launched while the merge before it runs) the block scheduler could put two on one SM and leave others idle.
-     * bf16 LFM2 (head_dim 64) lost 24% so: 32k 23.1 -> 28.4 us, 131k 78.4 -> 97.5, at 153 or 166 registers a thread
-     * against 151 (alone under ncu the 151 and 153 builds took the same time; without the programmatic launch the
-     * 166 one ran at 23.5 and 78.0) (bench/NOTES.md, CUDA log row 79). */
-    if (FDEC_CUDA_ONE_BLOCK_SMEM && lp.one_per_sm && lp.smem <= c->smem_optin / 2) lp.smem = c->smem_optin / 2 + 16;
+     * launched while the merge before it runs) the block scheduler may put two on one SM and leave others idle (what
+     * the figures below point to; the placement itself was not observed). bf16 LFM2 (head_dim 64) lost 24% without
+     * this: 32k 23.1 -> 28.4 us, 131k 78.4 -> 97.5, at 153 or 166 registers a thread against 151 (alone under ncu
+     * the 151 and 153 builds took the same time; without the programmatic launch the 166 one ran at 23.5 and 78.0)
+     * (bench/NOTES.md, CUDA log row 79). */
+    if (FDEC_CUDA_ONE_BLOCK_SMEM && one_per_sm && lp.smem <= c->smem_optin / 2) lp.smem = c->smem_optin / 2 + 16;
     return lp;
 }
 

@@ -130,8 +130,9 @@
  * block's sum; every FDEC_MMA_SUM_STEPS steps the block goes into o by a compensated add (Fast2Sum), whose rounding
  * error stays in the block registers as the next block's start. The same adds a step as the rounded sums, one more
  * register (l's block). A compensated add every step instead (three more adds an element) cost up to 9% (LFM2
- * 131k) (bench/NOTES.md, CUDA log row 75). bf16 LFM2 (head_dim 64) measured 24% slower with them, but the cause
- * was where the block scheduler put the blocks, not the sums (cuda.cu, FDEC_CUDA_ONE_BLOCK_SMEM; CUDA log row 79). */
+ * 131k) (bench/NOTES.md, CUDA log row 75). bf16 LFM2 (head_dim 64) measured 24% slower with them, but not for the
+ * sums: the loss went with one block an SM asked for by shared memory, and without the programmatic launch (cuda.cu,
+ * FDEC_CUDA_ONE_BLOCK_SMEM; CUDA log row 79). */
 #ifndef FDEC_MMA_BLOCK_SUMS
 #define FDEC_MMA_BLOCK_SUMS 1
 #endif

@@ -37,13 +37,27 @@
  * and 68k positions (8k and 17k rows a lane group) the H200's worst error was 0.40 and 0.73 of the fuzz tolerance
  * with 16 steps, 0.075 and 0.45 with 64. In bench/micro/simt_sum_order.c's emulation, which predicted that, a fixed
  * 64 drifts again at 64k rows (1.1e-5 of V's size, the bug's size), the growing period stays under 1e-6 there
- * (bench/NOTES.md, CUDA log rows 72 and 73). A power of two. Open: it counts steps, and a step is U rows, up to 4,
- * so there a block holds up to 4 times the rows; an f32 chunk of 131k positions drifted again (CUDA log row 74). */
+ * (bench/NOTES.md, CUDA log rows 72 and 73). A power of two. That rule counts steps, and a step is U rows, up to 4,
+ * so there a block held up to 4 times the rows and an f32 chunk of 131k positions drifted again (CUDA log row 74):
+ * the instances of more than one row a step use FDEC_CUDA_SUM_COMP_STEPS instead (below). */
 #ifndef FDEC_CUDA_SUM_STEPS
 #define FDEC_CUDA_SUM_STEPS 64
 #endif
 static_assert(FDEC_CUDA_SUM_STEPS > 0 && (FDEC_CUDA_SUM_STEPS & (FDEC_CUDA_SUM_STEPS - 1)) == 0,
               "FDEC_CUDA_SUM_STEPS is a power of two");
+/* In the instances of more than one row a step (fdec_shape's U > 1: f32 head_dim 64, 128 and 256, and the 16-bit
+ * ones), a block goes into the totals by a compensated add (Fast2Sum: the add's rounding error stays in
+ * the block as the next one's start), so the totals do not drift however many blocks they take, and the period is
+ * this fixed number of steps, which bounds the block's own sum. The f32 head_dim 128 drift input as one chunk of 131k
+ * positions (fuzz/corpus/cuda-drift-d128-h32-g8-f32-131072, FDEC_CUDA_MIN_CHUNK=131072) failed with the growing
+ * period (1.29 times the tolerance) and passes at 0.176 of it with 16, 32 or 64 steps on an H200; f32 Llama-3-8B and
+ * LFM2 ran as fast. The instances of one row a step keep the growing period and the plain add: there the compensated
+ * form cost the f32 Gemma 4 full layer 4-5% (bench/NOTES.md, CUDA log rows 80 and 81). A power of two. */
+#ifndef FDEC_CUDA_SUM_COMP_STEPS
+#define FDEC_CUDA_SUM_COMP_STEPS 16
+#endif
+static_assert(FDEC_CUDA_SUM_COMP_STEPS > 0 && (FDEC_CUDA_SUM_COMP_STEPS & (FDEC_CUDA_SUM_COMP_STEPS - 1)) == 0,
+              "FDEC_CUDA_SUM_COMP_STEPS is a power of two");
 /* The block sum period for a lane that takes `steps` steps: FDEC_CUDA_SUM_STEPS, or the power of two whose square
  * reaches the steps where that is more */
 __host__ __device__ constexpr uint32_t fdec_sum_period(uint32_t steps) {
@@ -633,7 +647,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
     });
     /* m, l, o: the running state of the steps since the last block sum (l, o relative to m). With SUMS, lt
      * and ot are the totals, relative to mt: every sum_mask + 1 steps (64, more in chunks of over 4,096 steps a
-     * lane), and after the last, l and o are added into them and restart from zero, so that no f32 sum runs over
+     * lane; FDEC_CUDA_SUM_COMP_STEPS where COMP), and after the last, l and o are added into them and restart from zero, so that no f32 sum runs over
      * many more than the square root of a lane's terms (64 up to 4,096 of them). One
      * running sum over a long chunk drifted 7.7e-6 of V's size from the float64 value (head_dim 1, 28 heads on 1
      * KV head, 68k positions, f32: ~900 terms a lane), where the tests allow 2e-6 (bench/NOTES.md, CUDA log row
@@ -660,8 +674,27 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         }
     }
     /* l and o into the totals (a no-op without SUMS); then m, l, o are the totals' state again */
+    /* more than one row a step: the compensated add and the fixed period (FDEC_CUDA_SUM_COMP_STEPS) */
+    constexpr bool COMP = SUMS && U > 1;
     auto add_block = [&](bool last) {
-        if constexpr (SUMS) {
+        if constexpr (COMP) {
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                const float w = fdec_weight2(mt[r], m[r]); /* m >= mt: the block's max includes the totals' */
+                /* Fast2Sum of the weighted totals a and the block b: s = a + b rounded, e = b - (s - a) exactly
+                 * where |a| >= |b| (the totals outgrow a block after the first few); e starts the next block */
+                float a = lt[r] * w, sm = a + l[r], e = (a - sm) + l[r];
+                lt[r] = sm;
+                l[r] = last ? sm + e : e;
+#pragma unroll
+                for (int i = 0; i < E; i++) {
+                    a = ot[r][i] * w, sm = a + o[r][i], e = (a - sm) + o[r][i];
+                    ot[r][i] = sm;
+                    o[r][i] = last ? sm + e : e;
+                }
+                mt[r] = m[r];
+            }
+        } else if constexpr (SUMS) {
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 const float w = fdec_weight2(mt[r], m[r]); /* m >= mt: the block's max includes the totals' */
@@ -684,9 +717,11 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
                    c1 = c0 + p.chunk_len < p.hi ? c0 + p.chunk_len : (uint64_t)p.hi;
     const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
     const uint32_t step = NW * GROUPS * U;
-    /* the block sums' period, less one (a power of two); chunk_len / step steps a lane, rounded up */
+    /* the block sums' period, less one (a power of two): fixed with COMP, else from chunk_len / step steps a lane,
+     * rounded up */
     [[maybe_unused]] const uint32_t sum_mask =
-        SUMS ? fdec_sum_period((uint32_t)((p.chunk_len + (uint64_t)step - 1) / step)) - 1 : 0;
+        COMP ? FDEC_CUDA_SUM_COMP_STEPS - 1
+             : SUMS ? fdec_sum_period((uint32_t)((p.chunk_len + (uint64_t)step - 1) / step)) - 1 : 0;
 
     auto valid_at = [&](uint64_t base, int u) { return base + u * NW * GROUPS + grp < c1; };
 

@@ -125,9 +125,9 @@ $(BUILD)/stage/readme_example: $(BUILD)/readme_example.c all
 # On a GPU machine the fuzz corpus is replayed, then the 262k drift input again as one chunk: 65,536 rows a lane group
 # of the SIMT kernel, where a fixed block sum period of 64 failed on an H200 (bench/NOTES.md, CUDA log row 73); then
 # the drift inputs of 131,072 positions (more K elements than the replay's default bound), at the library's split
-# and as one chunk: the f16 ones failed before its block sums (row 75); the bf16 ones (head_dim 64
-# and 128) came with row 79; the f32 one (the SIMT kernel, 4 rows a step) failed as one chunk before its compensated
-# block sums (row 81).
+# and as one chunk: the f16 ones failed on the tensor-core kernel before its block sums (row 75); the bf16 ones
+# (head_dim 64 and 128) came with row 79; the f32 one (the SIMT kernel, 4 rows a step) failed as one chunk before its
+# compensated block sums (row 81).
 DRIFT_131K := $(wildcard fuzz/corpus/cuda-drift-d*-f16-131072 fuzz/corpus/cuda-drift-d*-bf16-131072 \
                          fuzz/corpus/cuda-drift-d*-f32-131072)
 test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme_example $(SP_TEST) $(FUZZ_DRIVER)

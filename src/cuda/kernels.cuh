@@ -647,8 +647,8 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
     });
     /* m, l, o: the running state of the steps since the last block sum (l, o relative to m). With SUMS, lt
      * and ot are the totals, relative to mt: every sum_mask + 1 steps (64, more in chunks of over 4,096 steps a
-     * lane; FDEC_CUDA_SUM_COMP_STEPS where COMP), and after the last, l and o are added into them and restart from zero, so that no f32 sum runs over
-     * many more than the square root of a lane's terms (64 up to 4,096 of them). One
+     * lane; FDEC_CUDA_SUM_COMP_STEPS where COMP), and after the last, l and o are added into them and restart from
+     * zero, so that no f32 sum runs over many more than the square root of a lane's terms (64 up to 4,096 of them). One
      * running sum over a long chunk drifted 7.7e-6 of V's size from the float64 value (head_dim 1, 28 heads on 1
      * KV head, 68k positions, f32: ~900 terms a lane), where the tests allow 2e-6 (bench/NOTES.md, CUDA log row
      * 72). The totals cost registers (the generic path's 159 -> 217) and, on an H200, time: -1.6% to +5% on the
@@ -673,38 +673,30 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
             for (int i = 0; i < E; i++) ot[r][i] = 0.f;
         }
     }
-    /* l and o into the totals (a no-op without SUMS); then m, l, o are the totals' state again */
     /* more than one row a step: the compensated add and the fixed period (FDEC_CUDA_SUM_COMP_STEPS) */
     constexpr bool COMP = SUMS && U > 1;
+    /* l and o into the totals (a no-op without SUMS); then m, l, o are the totals' state again */
     auto add_block = [&](bool last) {
-        if constexpr (COMP) {
+        if constexpr (SUMS) {
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 const float w = fdec_weight2(mt[r], m[r]); /* m >= mt: the block's max includes the totals' */
-                /* Fast2Sum of the weighted totals a and the block b: s = a + b rounded, e = b - (s - a) exactly
-                 * where |a| >= |b| (the totals outgrow a block after the first few); e starts the next block */
-                float a = lt[r] * w, sm = a + l[r], e = (a - sm) + l[r];
-                lt[r] = sm;
-                l[r] = last ? sm + e : e;
+                /* the block's sum b into the total t, weighted by w; b restarts (or is the state, last) */
+                auto add = [&](float &t, float &b) {
+                    if constexpr (COMP) { /* Fast2Sum of a = t w and b: s = a + b rounded, e = b - (s - a) exactly
+                                           * where |a| >= |b| (the totals outgrow a block after the first few); e
+                                           * starts the next block */
+                        const float a = t * w, sm = a + b, e = (a - sm) + b;
+                        t = sm;
+                        b = last ? sm + e : e;
+                    } else {
+                        t = fmaf(t, w, b);
+                        b = last ? t : 0.f;
+                    }
+                };
+                add(lt[r], l[r]);
 #pragma unroll
-                for (int i = 0; i < E; i++) {
-                    a = ot[r][i] * w, sm = a + o[r][i], e = (a - sm) + o[r][i];
-                    ot[r][i] = sm;
-                    o[r][i] = last ? sm + e : e;
-                }
-                mt[r] = m[r];
-            }
-        } else if constexpr (SUMS) {
-#pragma unroll
-            for (int r = 0; r < RT; r++) {
-                const float w = fdec_weight2(mt[r], m[r]); /* m >= mt: the block's max includes the totals' */
-                lt[r] = fmaf(lt[r], w, l[r]);
-                l[r] = last ? lt[r] : 0.f;
-#pragma unroll
-                for (int i = 0; i < E; i++) {
-                    ot[r][i] = fmaf(ot[r][i], w, o[r][i]);
-                    o[r][i] = last ? ot[r][i] : 0.f;
-                }
+                for (int i = 0; i < E; i++) add(ot[r][i], o[r][i]);
                 mt[r] = m[r];
             }
         }

@@ -127,7 +127,8 @@ $(BUILD)/stage/readme_example: $(BUILD)/readme_example.c all
 # the drift inputs of 131,072 positions (more K elements than the replay's default bound), at the library's split
 # and as one chunk: the f16 ones failed on the tensor-core kernel before its block sums (row 75); the bf16 ones
 # (head_dim 64 and 128) came with row 79; the f32 one (the SIMT kernel, 4 rows a step) failed as one chunk before its
-# compensated block sums (row 81).
+# compensated block sums (row 81); the SIMT kernel forced (FDEC_CUDA_KERNEL=simt) on 8 query heads a KV head failed as
+# one chunk before its head tiles of at most 4, which have room for the block sums (row 82).
 DRIFT_131K := $(wildcard fuzz/corpus/cuda-drift-d*-f16-131072 fuzz/corpus/cuda-drift-d*-bf16-131072 \
                          fuzz/corpus/cuda-drift-d*-f32-131072)
 test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme_example $(SP_TEST) $(FUZZ_DRIVER)
@@ -137,6 +138,8 @@ test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme
 	$(if $(FUZZ_DRIVER),FDEC_CUDA_MIN_CHUNK=262144 ./$(FUZZ_DRIVER) -seconds 0 fuzz/corpus/cuda-f32-drift-d1-h28-262k)
 	$(if $(FUZZ_DRIVER),./$(FUZZ_DRIVER) -max-kv 300000000 -seconds 0 $(DRIFT_131K))
 	$(if $(FUZZ_DRIVER),FDEC_CUDA_MIN_CHUNK=131072 ./$(FUZZ_DRIVER) -max-kv 300000000 -seconds 0 $(DRIFT_131K))
+	$(if $(FUZZ_DRIVER),FDEC_CUDA_KERNEL=simt FDEC_CUDA_MIN_CHUNK=131072 ./$(FUZZ_DRIVER) -max-kv 300000000 -seconds 0 \
+	    $(DRIFT_131K))
 	$(if $(CU_OBJ),$(MAKE) --no-print-directory check-sass)
 	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example \
 	    --readme-example ./$(BUILD)/stage/readme_example

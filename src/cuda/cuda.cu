@@ -109,13 +109,12 @@ template <typename KT, int D>
 static partial_fn pick_rt(int rt, uint32_t chunk_len) {
     /* only the tile sizes heads_per_block can ask for are compiled */
     constexpr int E = fdec_shape<KT, D>::E;
-    constexpr int cap = D == 0 ? 2 : sizeof(KT) == 4 ? (E >= 16 ? 2 : 4) : (E >= 16 ? 4 : 8);
+    constexpr int cap = D == 0 || E >= 16 ? 2 : 4;
+    static_assert(fdec_sums_fit<KT, D, cap>, "heads_per_block's tiles have room for the block sums");
     switch (rt) {
     case 1: return pick_sums<KT, D, 1>(chunk_len);
     case 2: return pick_sums<KT, D, 2>(chunk_len);
-    case 4: if constexpr (cap >= 4) return pick_sums<KT, D, 4>(chunk_len);
-    /* fall through */
-    default: if constexpr (cap >= 8) return pick_sums<KT, D, 8>(chunk_len);
+    default: if constexpr (cap >= 4) return pick_sums<KT, D, 4>(chunk_len);
     }
     return pick_sums<KT, D, cap>(chunk_len);
 }
@@ -176,13 +175,16 @@ typedef struct {
     fdec_split split;
 } launch_plan;
 
-/* Heads per block: the group size rounded up to a power of two, capped so that q, o and two steps of rows stay
- * in registers (the caps are where ptxas -v stops reporting spills: 8 heads for 16-bit rows of up to 8
- * elements a lane, 4 for 16 elements or f32 rows, 2 for f32 rows of 16 and for the scalar-load generic path).
+/* Heads per block: the group size rounded up to a power of two, capped so that q, o, two steps of rows and the
+ * block sums' totals stay in registers (fdec_sums_fit: RT x elements a lane <= 32, where ptxas -v reports no
+ * spills): 4 heads for rows of up to 8 elements a lane, 2 for 16 and for the scalar-load generic path. Until
+ * session 33 the 16-bit rows took 8 heads (4 at 16 elements), a tile with no room for the totals, whose one running
+ * sum a lane failed a drift input (fuzz/corpus/cuda-drift-d128-h64-g8-f16-131072 with FDEC_CUDA_KERNEL=simt;
+ * bench/NOTES.md, CUDA log row 82); 16-bit K/V run here only where the tensor-core kernel cannot.
  * Larger groups take several head tiles, whose blocks read the same rows at about the same time, so the
  * repeats come from L2. */
-static int heads_per_block(uint32_t R, int fast, int elems_per_lane, size_t es) {
-    int cap = !fast ? 2 : es == 4 ? (elems_per_lane >= 16 ? 2 : 4) : (elems_per_lane >= 16 ? 4 : 8), rt = 1;
+static int heads_per_block(uint32_t R, int fast, int elems_per_lane) {
+    int cap = !fast ? 2 : elems_per_lane >= 16 ? 2 : 4, rt = 1;
     while (rt < (int)R && rt < cap) rt *= 2;
     return rt;
 }
@@ -202,7 +204,7 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
      * instance fits an A100's 163 KiB and even the 99 KiB of an sm_86/89 card, where the rows come by cp.async; a
      * device with less runs the SIMT kernel */
     if (lp.mma && mma_smem(p->D, c->cc_major) + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin) lp.mma = 0;
-    lp.rt = lp.mma ? 8 : heads_per_block(p->R, lp.fast, elems, es);
+    lp.rt = lp.mma ? 8 : heads_per_block(p->R, lp.fast, elems);
     lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
     /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them */
     lp.pipe = lp.mma ? mma_smem(p->D, c->cc_major) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;

@@ -211,8 +211,9 @@ struct fdec_shape {
 };
 
 /* Whether fdec_decode_kernel's block sums (SUMS) are compiled for RT heads: their totals, RT x E more floats a lane,
- * fit the registers without spills (ptxas -v) only up to 32 floats: every f32 shape, not the 16-bit tiles of 8 heads
- * nor head_dim 512's of 4, which run only where the tensor-core kernel cannot (bench/NOTES.md, CUDA log row 72) */
+ * fit the registers without spills (ptxas -v) only up to 32 floats (bench/NOTES.md, CUDA log row 72). Every tile
+ * heads_per_block (cuda.cu) picks fits since session 33 (row 82); the 16-bit tiles of 8 heads, and of 4 at head_dim
+ * 512, did not and are no longer compiled. */
 template <typename KT, int D, int RT>
 constexpr bool fdec_sums_fit = RT * fdec_shape<KT, D>::E <= 32;
 

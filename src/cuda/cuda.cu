@@ -108,15 +108,13 @@ static partial_fn pick_sums(uint32_t chunk_len) {
 template <typename KT, int D>
 static partial_fn pick_rt(int rt, uint32_t chunk_len) {
     /* only the tile sizes heads_per_block can ask for are compiled */
-    constexpr int E = fdec_shape<KT, D>::E;
-    constexpr int cap = D == 0 || E >= 16 ? 2 : 4;
+    constexpr int cap = fdec_simt_max_rt(fdec_shape<KT, D>::E, D != 0);
     static_assert(fdec_sums_fit<KT, D, cap>, "heads_per_block's tiles have room for the block sums");
     switch (rt) {
     case 1: return pick_sums<KT, D, 1>(chunk_len);
     case 2: return pick_sums<KT, D, 2>(chunk_len);
-    default: if constexpr (cap >= 4) return pick_sums<KT, D, 4>(chunk_len);
     }
-    return pick_sums<KT, D, cap>(chunk_len);
+    return pick_sums<KT, D, cap>(chunk_len); /* rt = cap = 4 */
 }
 
 template <typename KT>
@@ -175,16 +173,11 @@ typedef struct {
     fdec_split split;
 } launch_plan;
 
-/* Heads per block: the group size rounded up to a power of two, capped so that q, o, two steps of rows and the
- * block sums' totals stay in registers (fdec_sums_fit: RT x elements a lane <= 32, where ptxas -v reports no
- * spills): 4 heads for rows of up to 8 elements a lane, 2 for 16 and for the scalar-load generic path. Until
- * session 33 the 16-bit rows took 8 heads (4 at 16 elements), a tile with no room for the totals, whose one running
- * sum a lane failed a drift input (fuzz/corpus/cuda-drift-d128-h64-g8-f16-131072 with FDEC_CUDA_KERNEL=simt;
- * bench/NOTES.md, CUDA log row 82); 16-bit K/V run here only where the tensor-core kernel cannot.
- * Larger groups take several head tiles, whose blocks read the same rows at about the same time, so the
- * repeats come from L2. */
+/* Heads per block: the group size rounded up to a power of two, capped by fdec_simt_max_rt (kernels.cuh). Larger
+ * groups take several head tiles, whose blocks read the same rows at about the same time, so the repeats come from
+ * L2. */
 static int heads_per_block(uint32_t R, int fast, int elems_per_lane) {
-    int cap = !fast ? 2 : elems_per_lane >= 16 ? 2 : 4, rt = 1;
+    int cap = fdec_simt_max_rt(elems_per_lane, fast), rt = 1;
     while (rt < (int)R && rt < cap) rt *= 2;
     return rt;
 }

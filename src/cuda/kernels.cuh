@@ -210,10 +210,29 @@ struct fdec_shape {
     static constexpr int STAGES = 4;                                 /* steps in shared memory (3 in flight) */
 };
 
+/* hi += blk, and blk = the add's rounding error (Fast2Sum: exact where |hi| >= |blk|, else a rounding of hi's size,
+ * which happens while the total is about one block's size, not over the chunk): the compensated flush of both
+ * kernels' block sums (fdec_decode_kernel's COMP instances, the tensor-core kernel's FDEC_MMA_BLOCK_SUMS) */
+__device__ __forceinline__ void fdec_flush_block(float &hi, float &blk) {
+    const float s = hi + blk;
+    blk = (hi - s) + blk;
+    hi = s;
+}
+
+/* The SIMT kernel's largest head tile (heads_per_block in cuda.cu picks from it, pick_rt compiles up to it): q, o,
+ * two steps of rows and the block sums' totals in registers (fdec_sums_fit: RT x elements a lane <= 32, where
+ * ptxas -v reports no spills): 4 heads for rows of up to 8 elements a lane, 2 for 16 and for the scalar-load
+ * generic path (fast = 0). Until session 33 the 16-bit rows took 8 heads (4 at 16 elements), a tile with no room
+ * for the totals, whose one running sum a lane failed a drift input (fuzz/corpus/cuda-drift-d128-h64-g8-f16-131072
+ * with FDEC_CUDA_KERNEL=simt; bench/NOTES.md, CUDA log row 82); 16-bit K/V run there only where the tensor-core
+ * kernel cannot. */
+__host__ __device__ constexpr int fdec_simt_max_rt(int elems_per_lane, bool fast) {
+    return !fast || elems_per_lane >= 16 ? 2 : 4;
+}
+
 /* Whether fdec_decode_kernel's block sums (SUMS) are compiled for RT heads: their totals, RT x E more floats a lane,
- * fit the registers without spills (ptxas -v) only up to 32 floats (bench/NOTES.md, CUDA log row 72). Every tile
- * heads_per_block (cuda.cu) picks fits since session 33 (row 82); the 16-bit tiles of 8 heads, and of 4 at head_dim
- * 512, did not and are no longer compiled. */
+ * fit the registers without spills (ptxas -v) only up to 32 floats (bench/NOTES.md, CUDA log row 72). Every tile up
+ * to fdec_simt_max_rt fits (cuda.cu's pick_rt asserts it). */
 template <typename KT, int D, int RT>
 constexpr bool fdec_sums_fit = RT * fdec_shape<KT, D>::E <= 32;
 
@@ -684,12 +703,10 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
                 const float w = fdec_weight2(mt[r], m[r]); /* m >= mt: the block's max includes the totals' */
                 /* the block's sum b into the total t, weighted by w; b restarts (or is the state, last) */
                 auto add = [&](float &t, float &b) {
-                    if constexpr (COMP) { /* Fast2Sum of a = t w and b: s = a + b rounded, e = b - (s - a) exactly
-                                           * where |a| >= |b| (the totals outgrow a block after the first few); e
-                                           * starts the next block */
-                        const float a = t * w, sm = a + b, e = (a - sm) + b;
-                        t = sm;
-                        b = last ? sm + e : e;
+                    if constexpr (COMP) { /* compensated: b keeps the add's rounding error, the next block's start */
+                        t *= w;
+                        fdec_flush_block(t, b);
+                        if (last) b += t;
                     } else {
                         t = fmaf(t, w, b);
                         b = last ? t : 0.f;

@@ -143,13 +143,6 @@
 #error "FDEC_MMA_BLOCK_SUMS needs FDEC_MMA_ROUNDED_SUMS"
 #endif
 
-/* hi += blk, and blk = the add's rounding error (Fast2Sum: exact where |hi| >= |blk|, else a rounding of hi's size,
- * which happens while o is about one block's size, not over the chunk) */
-__device__ __forceinline__ void fdec_flush_block(float &hi, float &blk) {
-    const float s = hi + blk;
-    blk = (hi - s) + blk;
-    hi = s;
-}
 /* Steps prefetched into L2 ahead of the ring at head_dim >= 256 (0: none). With cp.async there, 2 measured best
  * (4 lost 25-35%, CUDA log row 11); with the bulk copies of FDEC_MMA_TMA_WIDE none is best: Gemma 4 full 131k
  * 164.7 -> 141.3 us, 32k 53.1 -> 47.4, Gemma sliding-full 131k 304 -> 255.4 (bench/NOTES.md, CUDA log row 30). */

@@ -13,6 +13,9 @@
  *
  *   cc -O2 -mavx512f bench/micro/pf_cost.c -o /tmp/pf_cost && /tmp/pf_cost
  *
+ * PF_SPANS=1 instead times prefetcht1 every step by the stream's size (8, 24, 64 MiB, 1 GiB; contiguous and strided):
+ * which of the cost is the DRAM line and which the page walk (CPU log row 67).
+ *
  * Prints ns per step (16 FMAs), three rounds. */
 #include <stdint.h>
 #include <stdio.h>
@@ -80,6 +83,16 @@ int main(void) {
     memset(l2, 0, L2SPAN);
     const long n = 4000000;
     printf("ns per 16 FMAs (PF_HUGE=%s)\n", getenv("PF_HUGE") ? getenv("PF_HUGE") : "0");
+    if (getenv("PF_SPANS") && atoi(getenv("PF_SPANS"))) { /* prefetcht1 every step, by the stream's size (row 67) */
+        for (int r = 0; r < 3; r++)
+            printf("round %d: none %.3f | contiguous 8 MiB %.3f 24 MiB %.3f 64 MiB %.3f 1 GiB %.3f | strided 8 MiB %.3f "
+                   "24 MiB %.3f 64 MiB %.3f 1 GiB %.3f | none %.3f\n",
+                   r, run(n, NONE, 0, 1, 1, 0), run(n, T1, 8 << 20, 1, 0, 0), run(n, T1, 24 << 20, 1, 0, 0),
+                   run(n, T1, 64 << 20, 1, 0, 0), run(n, T1, BIG, 1, 0, 0), run(n, T1, 8 << 20, 1, 1, 0),
+                   run(n, T1, 24 << 20, 1, 1, 0), run(n, T1, 64 << 20, 1, 1, 0), run(n, T1, BIG, 1, 1, 0),
+                   run(n, NONE, 0, 1, 1, 0));
+        return 0;
+    }
     for (int r = 0; r < 3; r++) {
         printf("round %d: none %.3f | strided: t1 L3 %.3f, t1 DRAM /1 %.3f /2 %.3f /4 %.3f, t0 DRAM %.3f, load DRAM "
                "%.3f | contiguous: t1 DRAM %.3f, t0 DRAM %.3f, load DRAM %.3f | cvt L2 %.3f, cvt L2 + t1 DRAM %.3f\n",

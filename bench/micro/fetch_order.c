@@ -1,0 +1,84 @@
+/* fetch_order.c — what fetching a dense cache's lines costs an FMA-bound core, by the order they are asked for in
+ * (bench/NOTES.md, CPU log row 67). Each step: 16 independent zmm FMAs on registers (one FMA a cycle on Zen 4, the
+ * Gemma 4 full layer's rate of one K or V line per 16 FMAs) and one demand load (a vaddps from memory) of the next line
+ * of a 1 GiB "dense cache" of 2 KV heads (rows of 2 KiB: head 0's KiB, then head 1's), block by block (32 rows, 64
+ * KiB). Variants: L2                      the kernel's order over a 512 KiB cache (L2-resident), with its prefetch: the
+ * in-cache rate pf head order           within a block head 0's 32 rows then head 1's (the kernel's order), each step
+ * also one prefetcht1 of the next block's line in the same order (what kern.h does) pf address order        the same,
+ * the next block's lines asked for in address order (CPU log row 63 f) demand in address order the loads themselves in
+ * address order, no software prefetch (the hardware prefetchers) zmm / byte touch        the kernel's order and,
+ * instead of the prefetch, a demand load of the next block's line in address order (a zmm add or a byte read)
+ *
+ *   cc -O2 -mavx512f bench/micro/fetch_order.c -o /tmp/fetch_order && /tmp/fetch_order
+ *
+ * Prints ns per step, three rounds. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+#define F16                                                                                                            \
+    "vfmadd231ps %%zmm0,%%zmm1,%%zmm8\n vfmadd231ps %%zmm1,%%zmm0,%%zmm9\n vfmadd231ps %%zmm0,%%zmm1,%%zmm10\n "       \
+    "vfmadd231ps %%zmm1,%%zmm0,%%zmm11\n vfmadd231ps %%zmm0,%%zmm1,%%zmm12\n vfmadd231ps %%zmm1,%%zmm0,%%zmm13\n "     \
+    "vfmadd231ps %%zmm0,%%zmm1,%%zmm14\n vfmadd231ps %%zmm1,%%zmm0,%%zmm15\n vfmadd231ps %%zmm0,%%zmm2,%%zmm16\n "     \
+    "vfmadd231ps %%zmm1,%%zmm2,%%zmm17\n vfmadd231ps %%zmm0,%%zmm2,%%zmm18\n vfmadd231ps %%zmm1,%%zmm2,%%zmm19\n "     \
+    "vfmadd231ps %%zmm0,%%zmm2,%%zmm20\n vfmadd231ps %%zmm1,%%zmm2,%%zmm21\n vfmadd231ps %%zmm0,%%zmm2,%%zmm22\n "     \
+    "vfmadd231ps %%zmm1,%%zmm2,%%zmm23\n"
+#define CLOB                                                                                                           \
+    "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", \
+        "xmm21", "xmm22", "xmm23", "xmm24"
+static char *buf;
+static const size_t BIG = (size_t)1 << 30;
+/* line i (0..1023) of a block in head order -> byte offset in the block */
+static inline size_t head_order(unsigned i) {
+    unsigned g = i >> 9, r = (i >> 4) & 31, l = i & 15;
+    return (size_t)r * 2048 + g * 1024 + l * 64;
+}
+static uint64_t x;
+/* mode 0: no prefetch; 1: pf head order; 2: pf address order; 3: demand in address order; 4, 5: the touches */
+static double run(int mode, size_t span, long steps) {
+    size_t blk = 0;
+    unsigned i = 0;
+    double t = now();
+    for (long s = 0; s < steps; s++) {
+        const char *p = buf + blk + (mode == 3 ? (size_t)i * 64 : head_order(i));
+        size_t nb = blk + 65536;
+        if (nb >= span)
+            nb = 0;
+        const char *q = buf + nb + (mode == 2 || mode == 4 || mode == 5 ? (size_t)i * 64 : head_order(i));
+        if (mode == 4)
+            __asm__ volatile("vaddps (%1),%%zmm25,%%zmm25\n vaddps (%0),%%zmm24,%%zmm24\n" F16 ::"r"(p), "r"(q)
+                             : CLOB, "xmm25");
+        else if (mode == 5) {
+            __asm__ volatile("vaddps (%0),%%zmm24,%%zmm24\n" F16 ::"r"(p) : CLOB);
+            x += *(volatile const char *)q;
+        } else if (mode == 1 || mode == 2)
+            __asm__ volatile("prefetcht1 (%1)\n vaddps (%0),%%zmm24,%%zmm24\n" F16 ::"r"(p), "r"(q) : CLOB);
+        else
+            __asm__ volatile("vaddps (%0),%%zmm24,%%zmm24\n" F16 ::"r"(p) : CLOB);
+        if (++i == 1024) {
+            i = 0;
+            blk = nb;
+        }
+    }
+    return (now() - t) / steps * 1e9;
+}
+int main(void) {
+    buf = mmap(0, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) return 1;
+    memset(buf, 0, BIG);
+    __asm__ volatile("vxorps %%zmm0,%%zmm0,%%zmm0\n vxorps %%zmm1,%%zmm1,%%zmm1\n vxorps %%zmm2,%%zmm2,%%zmm2\n vxorps "
+                     "%%zmm24,%%zmm24,%%zmm24" ::
+                         : "xmm0", "xmm1", "xmm2", "xmm24");
+    long n = 8000000;
+    for (int r = 0; r < 3; r++)
+        printf("round %d ns/step: L2 (512 KiB) %.3f | DRAM: pf head order %.3f | pf address order %.3f | demand in "
+               "address order, no pf %.3f | zmm touch in address order %.3f | byte touch %.3f\n",
+               r, run(1, 512 << 10, n), run(1, BIG, n), run(2, BIG, n), run(3, BIG, n), run(4, BIG, n), run(5, BIG, n));
+}

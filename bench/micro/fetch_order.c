@@ -33,6 +33,12 @@ static double now(void) {
 #define CLOB                                                                                                           \
     "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", \
         "xmm21", "xmm22", "xmm23", "xmm24"
+#define M1(i, a) "vfmadd231ps " #i "*64(%0),%%zmm0,%%zmm" #a "\n"
+#define MEM16                                                                                                          \
+    M1(0, 8)                                                                                                           \
+    M1(1, 9)                                                                                                           \
+    M1(2, 10) M1(3, 11) M1(4, 12) M1(5, 13) M1(6, 14) M1(7, 15) M1(8, 16) M1(9, 17) M1(10, 18) M1(11, 19) M1(12, 20)   \
+        M1(13, 21) M1(14, 22) M1(15, 23)
 static char *buf;
 static const size_t BIG = (size_t)1 << 30;
 /* line i (0..1023) of a block in head order -> byte offset in the block */
@@ -40,14 +46,40 @@ static inline size_t head_order(unsigned i) {
     unsigned g = i >> 9, r = (i >> 4) & 31, l = i & 15;
     return (size_t)r * 2048 + g * 1024 + l * 64;
 }
+/* R rows at a time, their lines interleaved (row j line l, row j + 1 line l, ...), head 0's KiB then head 1's: the
+ * order of score tiles of R positions (kern.h's have 2 at 8 heads a KV head) run for both KV heads row group by row
+ * group */
+static inline __attribute__((always_inline)) size_t group_order(unsigned i, const unsigned R) {
+    unsigned per = R * 32; /* lines of a group: R rows x 2 heads x 16 lines */
+    unsigned grp = i / per, k = i % per, g = k / (R * 16), m = k % (R * 16), l = m / R, r = m % R;
+    return (size_t)(grp * R + r) * 2048 + g * 1024 + l * 64;
+}
 static uint64_t x;
-/* mode 0: no prefetch; 1: pf head order; 2: pf address order; 3: demand in address order; 4, 5: the touches */
+/* mode 0: no prefetch; 1: pf head order; 2: pf address order; 3: demand in address order; 4, 5: the touches;
+ * 6, 7, 8: rows 2, 4 or 1 at a time (group_order), no prefetch */
 static double run(int mode, size_t span, long steps) {
     size_t blk = 0;
     unsigned i = 0;
     double t = now();
     for (long s = 0; s < steps; s++) {
-        const char *p = buf + blk + (mode == 3 ? (size_t)i * 64 : head_order(i));
+        size_t at; /* the line this step loads, in the block */
+        switch (mode) {
+        case 3:
+            at = (size_t)i * 64;
+            break;
+        case 6:
+            at = group_order(i, 2);
+            break;
+        case 7:
+            at = group_order(i, 4);
+            break;
+        case 8:
+            at = group_order(i, 1);
+            break;
+        default:
+            at = head_order(i);
+        }
+        const char *p = buf + blk + at;
         size_t nb = blk + 65536;
         if (nb >= span)
             nb = 0;
@@ -71,7 +103,8 @@ static double run(int mode, size_t span, long steps) {
 }
 int main(void) {
     buf = mmap(0, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED) return 1;
+    if (buf == MAP_FAILED)
+        return 1;
     memset(buf, 0, BIG);
     __asm__ volatile("vxorps %%zmm0,%%zmm0,%%zmm0\n vxorps %%zmm1,%%zmm1,%%zmm1\n vxorps %%zmm2,%%zmm2,%%zmm2\n vxorps "
                      "%%zmm24,%%zmm24,%%zmm24" ::
@@ -81,4 +114,25 @@ int main(void) {
         printf("round %d ns/step: L2 (512 KiB) %.3f | DRAM: pf head order %.3f | pf address order %.3f | demand in "
                "address order, no pf %.3f | zmm touch in address order %.3f | byte touch %.3f\n",
                r, run(1, 512 << 10, n), run(1, BIG, n), run(2, BIG, n), run(3, BIG, n), run(4, BIG, n), run(5, BIG, n));
+    for (int r = 0; r < 3; r++)
+        printf(
+            "round %d ns/step, no prefetch: rows 1 at a time (head 0's KiB, head 1's) %.3f | 2 at a time %.3f | 4 at "
+            "a time %.3f | address order %.3f\n",
+            r, run(8, BIG, n), run(6, BIG, n), run(7, BIG, n), run(3, BIG, n));
+    /* a score tile of one row feeds each FMA a q vector of its own: 16 FMAs each with a 64-byte operand from L1 */
+    static float q[4096] __attribute__((aligned(64)));
+    for (int r = 0; r < 3; r++) {
+        const long m = 20000000;
+        double t = now();
+        for (long s = 0; s < m; s++) {
+            const float *a = q + (s & 63) * 64;
+            __asm__ volatile(MEM16 ::"r"(a) : CLOB);
+        }
+        const double tm = (now() - t) / m * 1e9;
+        t = now();
+        for (long s = 0; s < m; s++)
+            __asm__ volatile(F16 ::: CLOB);
+        const double tr = (now() - t) / m * 1e9;
+        printf("round %d ns per 16 FMAs: each with a 64-byte L1 operand %.3f, on registers %.3f\n", r, tm, tr);
+    }
 }

@@ -96,10 +96,10 @@ typedef void (*partial_fn)(const fdec_cuda_params);
 
 /* The instance of RT heads for chunks of chunk_len rows: with block sums (fdec_decode_kernel's SUMS) where a lane
  * group sums more than FDEC_CUDA_SUM_MIN_TERMS of them (a block's warps x GROUPS lane groups each take every
- * (warps x GROUPS)-th row) and where they are compiled (fdec_sums_fit) */
+ * (warps x GROUPS)-th row) and where they are compiled (fdec_sums_ok) */
 template <typename KT, int D, int RT>
 static partial_fn pick_sums(uint32_t chunk_len) {
-    if constexpr (fdec_sums_fit<KT, D, RT>)
+    if constexpr (fdec_sums_ok<KT, D, RT>)
         if (chunk_len > (uint64_t)FDEC_CUDA_SUM_MIN_TERMS * FDEC_CUDA_WARPS * fdec_shape<KT, D>::GROUPS)
             return fdec_decode_kernel<KT, D, RT, true>;
     return fdec_decode_kernel<KT, D, RT, false>;
@@ -109,7 +109,7 @@ template <typename KT, int D>
 static partial_fn pick_rt(int rt, uint32_t chunk_len) {
     /* only the tile sizes heads_per_block can ask for are compiled */
     constexpr int cap = fdec_simt_max_rt(fdec_shape<KT, D>::E, D != 0);
-    static_assert(fdec_sums_fit<KT, D, cap>, "heads_per_block's tiles have room for the block sums");
+    static_assert(fdec_sums_ok<KT, D, cap>, "heads_per_block's tiles have room for the block sums");
     switch (rt) {
     case 1: return pick_sums<KT, D, 1>(chunk_len);
     case 2: return pick_sums<KT, D, 2>(chunk_len);
@@ -173,12 +173,29 @@ typedef struct {
     fdec_split split;
 } launch_plan;
 
-/* Heads per block: the group size rounded up to a power of two, capped by fdec_simt_max_rt (kernels.cuh). Larger
- * groups take several head tiles, whose blocks read the same rows at about the same time, so the repeats come from
- * L2. */
-static int heads_per_block(uint32_t R, int fast, int elems_per_lane) {
+/* The SIMT kernel's tiles of 4 heads at 16 elements a lane (head_dim 512), whose block sums keep their totals in
+ * shared memory (kernels.cuh, fdec_sums_in_smem), only for calls that attend to at least this many positions: on an
+ * H200 they took Gemma 4 full layers (8 heads a KV head) from 43.8 to 41.4 us at 8k and 620.6 to 505.8 at 131k with f32
+ * K/V, 29.9 to 27.3 and 388.3 to 303.2 with the SIMT kernel forced on f16, but shorter calls, whose blocks wait on their
+ * few steps' latency rather than on memory, 9.8 to 12.6 us at 1k and 24.2 to 24.8 at 4k (bench/NOTES.md, CUDA log row
+ * 83). */
+#ifndef FDEC_CUDA_WIDE_TILE_MIN
+#define FDEC_CUDA_WIDE_TILE_MIN 8192
+#endif
+
+/* Heads per block: the group size rounded up to a power of two, capped by fdec_simt_max_rt (kernels.cuh), and at 2
+ * where a tile of 4 would keep its block sums' totals in shared memory (fdec_sums_smem_bytes) and the call attends to
+ * fewer than FDEC_CUDA_WIDE_TILE_MIN positions or the device cannot give a block that memory beside the ring (pipe
+ * bytes). A longer span never takes more tiles than a shorter one, so a reserved plan's chunk bound (from more
+ * lanes) holds for the shorter calls it serves. Larger groups take several head tiles, whose blocks read the same rows at about the same time, so the repeats
+ * come from L2. */
+static int heads_per_block(const cuda_impl *c, const fdec_problem *p, int fast, int elems_per_lane, size_t pipe) {
     int cap = fdec_simt_max_rt(elems_per_lane, fast), rt = 1;
-    while (rt < (int)R && rt < cap) rt *= 2;
+    while (cap > 2 && fdec_sums_smem_bytes(cap, elems_per_lane) &&
+           ((uint64_t)p->seq_len - p->lo < FDEC_CUDA_WIDE_TILE_MIN ||
+            pipe + fdec_sums_smem_bytes(cap, elems_per_lane) + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin))
+        cap /= 2;
+    while (rt < (int)p->R && rt < cap) rt *= 2;
     return rt;
 }
 
@@ -197,10 +214,12 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
      * instance fits an A100's 163 KiB and even the 99 KiB of an sm_86/89 card, where the rows come by cp.async; a
      * device with less runs the SIMT kernel */
     if (lp.mma && mma_smem(p->D, c->cc_major) + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin) lp.mma = 0;
-    lp.rt = lp.mma ? 8 : heads_per_block(p->R, lp.fast, elems);
-    lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
-    /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them */
+    /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them; the block sums'
+     * totals follow it where they are kept in shared memory (every instance of that tile gets the room) */
     lp.pipe = lp.mma ? mma_smem(p->D, c->cc_major) : lp.fast ? fdec_pipe_bytes<__half, 128>() : 0;
+    lp.rt = lp.mma ? 8 : heads_per_block(c, p, lp.fast, elems, lp.pipe);
+    if (!lp.mma && lp.fast) lp.pipe += fdec_sums_smem_bytes(lp.rt, elems);
+    lp.tiles = (int)((p->R + lp.rt - 1) / lp.rt);
     lp.threads = (lp.mma ? fdec_mma_warps((int)p->D, c->cc_major) : FDEC_CUDA_WARPS) * 32;
     /* split: FDEC_CUDA_BLOCKS_PER_SM blocks for every SM (one at head_dim 64 and 512: D64_ONE_BLOCK_PER_SM,
      * D512_ONE_BLOCK_PER_SM), one wave (2 and 4 waves of shorter chunks were 2-34% slower, also with the decode

@@ -219,26 +219,35 @@ __device__ __forceinline__ void fdec_flush_block(float &hi, float &blk) {
     hi = s;
 }
 
-/* The SIMT kernel's largest head tile (heads_per_block in cuda.cu picks from it, pick_rt compiles up to it): q, o,
- * two steps of rows and the block sums' totals in registers (fdec_sums_fit: RT x elements a lane <= 32, where
- * ptxas -v reports no spills): 4 heads for rows of up to 8 elements a lane, 2 for 16 and for the scalar-load
- * generic path (fast = 0). Until session 33 the 16-bit rows took 8 heads (4 at 16 elements), a tile with no room
- * for the totals, whose one running sum a lane failed a drift input (fuzz/corpus/cuda-drift-d128-h64-g8-f16-131072
- * with FDEC_CUDA_KERNEL=simt; bench/NOTES.md, CUDA log row 82); 16-bit K/V run there only where the tensor-core
- * kernel cannot. */
+/* The SIMT kernel's largest head tile (heads_per_block in cuda.cu picks from it, pick_rt compiles up to it): 4 heads
+ * on the fast shapes, 2 on the scalar-load generic path (fast = 0). q, o and two steps of rows stay in registers;
+ * the block sums' totals too where they fit (fdec_sums_fit), else, at 16 elements a lane (head_dim 512), in shared
+ * memory beside the ring (fdec_sums_in_smem). Until session 33 the 16-bit rows took 8 heads, a tile with no room for
+ * the totals, whose one running sum a lane failed a drift input (fuzz/corpus/cuda-drift-d128-h64-g8-f16-131072 with
+ * FDEC_CUDA_KERNEL=simt; bench/NOTES.md, CUDA log row 82); from then to session 34 head_dim 512 took 2 (row 83). */
 __host__ __device__ constexpr int fdec_simt_max_rt(int elems_per_lane, bool fast) {
-    return !fast || elems_per_lane >= 16 ? 2 : 4;
+    (void)elems_per_lane;
+    return fast ? 4 : 2;
 }
 
-/* Whether fdec_decode_kernel's block sums (SUMS) are compiled for RT heads: their totals, RT x E more floats a lane,
- * fit the registers without spills (ptxas -v) only up to 32 floats (bench/NOTES.md, CUDA log row 72). Every tile up
- * to fdec_simt_max_rt fits (cuda.cu's pick_rt asserts it). */
+/* Where fdec_decode_kernel's block sums (SUMS) keep their totals, RT x E floats a lane: in registers where that is
+ * at most 32 floats (more spilled under ptxas -v: bench/NOTES.md, CUDA log row 72); else in shared memory after the
+ * cp.async ring, RT x E floats a thread (fdec_sums_smem_bytes), which the totals touch only once a block of steps.
+ * fdec_sums_ok: SUMS can be compiled (cuda.cu's pick_rt asserts it for every tile heads_per_block asks for). */
 template <typename KT, int D, int RT>
 constexpr bool fdec_sums_fit = RT * fdec_shape<KT, D>::E <= 32;
+template <typename KT, int D, int RT>
+constexpr bool fdec_sums_in_smem = !fdec_sums_fit<KT, D, RT> && fdec_shape<KT, D>::ASYNC;
+template <typename KT, int D, int RT>
+constexpr bool fdec_sums_ok = fdec_sums_fit<KT, D, RT> || fdec_sums_in_smem<KT, D, RT>;
+/* the shared-memory totals' bytes for RT heads of E elements a lane (0 where they fit the registers) */
+__host__ __device__ constexpr size_t fdec_sums_smem_bytes(int rt, int elems_per_lane) {
+    return rt * elems_per_lane <= 32 ? 0 : (size_t)rt * elems_per_lane * FDEC_CUDA_WARPS * 32 * sizeof(float);
+}
 
 /* Shared memory the cp.async pipeline needs per block: STAGES x U x NL x (K, V) x 16 bytes per thread. */
 template <typename KT, int D>
-constexpr size_t fdec_pipe_bytes() {
+__host__ __device__ constexpr size_t fdec_pipe_bytes() {
     using S = fdec_shape<KT, D>;
     return S::ASYNC ? (size_t)S::STAGES * S::U * S::NL * 2 * 16 * FDEC_CUDA_WARPS * 32 : 0;
 }
@@ -676,10 +685,20 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
      * grows with the chunk (sum_mask) then another +1.4-2.2% on the f32 fast shapes, -0.3 to -2.1% on the 16-bit and
      * generic ones (row 73, against row 72's 16 steps). So the host asks for
      * them (SUMS) only where a lane group sums more than FDEC_CUDA_SUM_MIN_TERMS rows, and they are compiled only
-     * where they fit the registers (fdec_sums_fit). */
-    static_assert(!SUMS || fdec_sums_fit<KT, D, RT>, "block sums compiled where their totals spill");
+     * where they have room (fdec_sums_ok: the registers, or shared memory after the ring). */
+    static_assert(!SUMS || fdec_sums_ok<KT, D, RT>, "block sums compiled where their totals have no room");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    constexpr bool TOT_SMEM = SUMS && fdec_sums_in_smem<KT, D, RT>;
+    static_assert(!TOT_SMEM || (2 + (size_t)D) * NW * RT * sizeof(float) <= fdec_pipe_bytes<KT, D>(),
+                  "the block's tail (warps' states from offset 0) stays clear of the totals after the ring");
     float m[RT], l[RT], o[RT][E];
-    float mt[SUMS ? RT : 1], lt[SUMS ? RT : 1], ot[SUMS ? RT : 1][SUMS ? E : 1];
+    float mt[SUMS ? RT : 1], lt[SUMS ? RT : 1], ot_reg[SUMS && !TOT_SMEM ? RT : 1][SUMS && !TOT_SMEM ? E : 1];
+    /* the totals of o: element (r, i) of this thread, threads side by side (no bank conflicts) */
+    [[maybe_unused]] float *const ot_sm = reinterpret_cast<float *>(smem_raw + fdec_pipe_bytes<KT, D>());
+    auto ot = [&](int r, int i) -> float & {
+        if constexpr (TOT_SMEM) return ot_sm[(r * E + i) * (NW * 32) + threadIdx.x];
+        else return ot_reg[r][i];
+    };
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         m[r] = -INFINITY;
@@ -690,7 +709,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
             mt[r] = -INFINITY;
             lt[r] = 0.f;
 #pragma unroll
-            for (int i = 0; i < E; i++) ot[r][i] = 0.f;
+            for (int i = 0; i < E; i++) ot(r, i) = 0.f;
         }
     }
     /* more than one row a step: the compensated add and the fixed period (FDEC_CUDA_SUM_COMP_STEPS) */
@@ -714,7 +733,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
                 };
                 add(lt[r], l[r]);
 #pragma unroll
-                for (int i = 0; i < E; i++) add(ot[r][i], o[r][i]);
+                for (int i = 0; i < E; i++) add(ot(r, i), o[r][i]);
                 mt[r] = m[r];
             }
         }
@@ -784,7 +803,6 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         }
     };
 
-    extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint64_t first = (uint64_t)c0 + warp * GROUPS; /* warp-uniform loop: the shuffles need every lane */
     if constexpr (S::ASYNC) {
         /* STAGES-deep ring of steps in shared memory, filled by cp.async; a lane reads back only the 16-byte

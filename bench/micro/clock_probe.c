@@ -18,27 +18,12 @@
 #include <sys/mman.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "fma16.h"
+
 #define A4 "add $1,%%rax\n add $1,%%rax\n add $1,%%rax\n add $1,%%rax\n"
 #define A16 A4 A4 A4 A4
 #define A64 A16 A16 A16 A16
 #define A24 A16 A4 A4
-#define F16                                                                                                     \
-    "vfmadd231ps %%zmm0,%%zmm1,%%zmm8\n vfmadd231ps %%zmm1,%%zmm0,%%zmm9\n"                                     \
-    "vfmadd231ps %%zmm0,%%zmm1,%%zmm10\n vfmadd231ps %%zmm1,%%zmm0,%%zmm11\n"                                   \
-    "vfmadd231ps %%zmm0,%%zmm1,%%zmm12\n vfmadd231ps %%zmm1,%%zmm0,%%zmm13\n"                                   \
-    "vfmadd231ps %%zmm0,%%zmm1,%%zmm14\n vfmadd231ps %%zmm1,%%zmm0,%%zmm15\n"                                   \
-    "vfmadd231ps %%zmm0,%%zmm2,%%zmm16\n vfmadd231ps %%zmm1,%%zmm2,%%zmm17\n"                                   \
-    "vfmadd231ps %%zmm0,%%zmm2,%%zmm18\n vfmadd231ps %%zmm1,%%zmm2,%%zmm19\n"                                   \
-    "vfmadd231ps %%zmm0,%%zmm2,%%zmm20\n vfmadd231ps %%zmm1,%%zmm2,%%zmm21\n"                                   \
-    "vfmadd231ps %%zmm0,%%zmm2,%%zmm22\n vfmadd231ps %%zmm1,%%zmm2,%%zmm23\n"
-#define FCLOB                                                                                                   \
-    "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19",   \
-        "xmm20", "xmm21", "xmm22", "xmm23"
 
 static char *buf;
 
@@ -72,7 +57,7 @@ static double run_fma(int pf, size_t span, long steps) {
     size_t off = 0;
     double t = now();
     for (long s = 0; s < steps; s++) {
-        __asm__ volatile(A24 F16 : "+a"(x)::FCLOB);
+        __asm__ volatile(A24 FMA16 : "+a"(x)::FMA16_CLOB);
         if (pf) {
             __builtin_prefetch(buf + off, 0, 2);
             off += 64;

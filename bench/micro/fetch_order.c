@@ -18,21 +18,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-#define F16                                                                                                            \
-    "vfmadd231ps %%zmm0,%%zmm1,%%zmm8\n vfmadd231ps %%zmm1,%%zmm0,%%zmm9\n vfmadd231ps %%zmm0,%%zmm1,%%zmm10\n "       \
-    "vfmadd231ps %%zmm1,%%zmm0,%%zmm11\n vfmadd231ps %%zmm0,%%zmm1,%%zmm12\n vfmadd231ps %%zmm1,%%zmm0,%%zmm13\n "     \
-    "vfmadd231ps %%zmm0,%%zmm1,%%zmm14\n vfmadd231ps %%zmm1,%%zmm0,%%zmm15\n vfmadd231ps %%zmm0,%%zmm2,%%zmm16\n "     \
-    "vfmadd231ps %%zmm1,%%zmm2,%%zmm17\n vfmadd231ps %%zmm0,%%zmm2,%%zmm18\n vfmadd231ps %%zmm1,%%zmm2,%%zmm19\n "     \
-    "vfmadd231ps %%zmm0,%%zmm2,%%zmm20\n vfmadd231ps %%zmm1,%%zmm2,%%zmm21\n vfmadd231ps %%zmm0,%%zmm2,%%zmm22\n "     \
-    "vfmadd231ps %%zmm1,%%zmm2,%%zmm23\n"
-#define CLOB                                                                                                           \
-    "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", \
-        "xmm21", "xmm22", "xmm23", "xmm24"
+
+#include "fma16.h"
+#define CLOB "xmm24", FMA16_CLOB
 #define M1(i, a) "vfmadd231ps " #i "*64(%0),%%zmm0,%%zmm" #a "\n"
 #define MEM16                                                                                                          \
     M1(0, 8)                                                                                                           \
@@ -85,15 +73,15 @@ static double run(int mode, size_t span, long steps) {
             nb = 0;
         const char *q = buf + nb + (mode == 2 || mode == 4 || mode == 5 ? (size_t)i * 64 : head_order(i));
         if (mode == 4)
-            __asm__ volatile("vaddps (%1),%%zmm25,%%zmm25\n vaddps (%0),%%zmm24,%%zmm24\n" F16 ::"r"(p), "r"(q)
+            __asm__ volatile("vaddps (%1),%%zmm25,%%zmm25\n vaddps (%0),%%zmm24,%%zmm24\n" FMA16 ::"r"(p), "r"(q)
                              : CLOB, "xmm25");
         else if (mode == 5) {
-            __asm__ volatile("vaddps (%0),%%zmm24,%%zmm24\n" F16 ::"r"(p) : CLOB);
+            __asm__ volatile("vaddps (%0),%%zmm24,%%zmm24\n" FMA16 ::"r"(p) : CLOB);
             x += *(volatile const char *)q;
         } else if (mode == 1 || mode == 2)
-            __asm__ volatile("prefetcht1 (%1)\n vaddps (%0),%%zmm24,%%zmm24\n" F16 ::"r"(p), "r"(q) : CLOB);
+            __asm__ volatile("prefetcht1 (%1)\n vaddps (%0),%%zmm24,%%zmm24\n" FMA16 ::"r"(p), "r"(q) : CLOB);
         else
-            __asm__ volatile("vaddps (%0),%%zmm24,%%zmm24\n" F16 ::"r"(p) : CLOB);
+            __asm__ volatile("vaddps (%0),%%zmm24,%%zmm24\n" FMA16 ::"r"(p) : CLOB);
         if (++i == 1024) {
             i = 0;
             blk = nb;
@@ -131,7 +119,7 @@ int main(void) {
         const double tm = (now() - t) / m * 1e9;
         t = now();
         for (long s = 0; s < m; s++)
-            __asm__ volatile(F16 ::: CLOB);
+            __asm__ volatile(FMA16 ::: CLOB);
         const double tr = (now() - t) / m * 1e9;
         printf("round %d ns per 16 FMAs: each with a 64-byte L1 operand %.3f, on registers %.3f\n", r, tm, tr);
     }

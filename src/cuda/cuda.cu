@@ -174,11 +174,11 @@ typedef struct {
 } launch_plan;
 
 /* The SIMT kernel's tiles of 4 heads at 16 elements a lane (head_dim 512), whose block sums keep their totals in
- * shared memory (kernels.cuh, fdec_sums_in_smem), only for calls that attend to at least this many positions: on an
- * H200 they took Gemma 4 full layers (8 heads a KV head) from 43.8 to 41.4 us at 8k and 620.6 to 505.8 at 131k with f32
- * K/V, 29.9 to 27.3 and 388.3 to 303.2 with the SIMT kernel forced on f16, but shorter calls, whose blocks wait on their
- * few steps' latency rather than on memory, 9.8 to 12.6 us at 1k and 24.2 to 24.8 at 4k (bench/NOTES.md, CUDA log row
- * 83). */
+ * shared memory (kernels.cuh, fdec_sums_in_smem), only for calls that attend to at least this many positions. On an
+ * H200 they took Gemma 4 full layers (8 heads a KV head) from 43.8 to 41.4 us at 8k and 620.6 to 505.8 at 131k with
+ * f32 K/V, 29.9 to 27.3 and 388.3 to 303.2 with the SIMT kernel forced on f16; but shorter calls, whose blocks wait on
+ * their few steps' latency rather than on memory, from 9.8 to 12.6 us at 1k and 24.2 to 24.8 at 4k (bench/NOTES.md,
+ * CUDA log row 83). */
 #ifndef FDEC_CUDA_WIDE_TILE_MIN
 #define FDEC_CUDA_WIDE_TILE_MIN 8192
 #endif
@@ -187,8 +187,8 @@ typedef struct {
  * where a tile of 4 would keep its block sums' totals in shared memory (fdec_sums_smem_bytes) and the call attends to
  * fewer than FDEC_CUDA_WIDE_TILE_MIN positions or the device cannot give a block that memory beside the ring (pipe
  * bytes). A longer span never takes more tiles than a shorter one, so a reserved plan's chunk bound (from more
- * lanes) holds for the shorter calls it serves. Larger groups take several head tiles, whose blocks read the same rows at about the same time, so the repeats
- * come from L2. */
+ * lanes) holds for the shorter calls it serves. Larger groups take several head tiles, whose blocks read the same
+ * rows at about the same time, so the repeats come from L2. */
 static int heads_per_block(const cuda_impl *c, const fdec_problem *p, int fast, int elems_per_lane, size_t pipe) {
     int cap = fdec_simt_max_rt(elems_per_lane, fast), rt = 1;
     while (cap > 2 && fdec_sums_smem_bytes(cap, elems_per_lane) &&

@@ -108,7 +108,7 @@ static partial_fn pick_sums(uint32_t chunk_len) {
 template <typename KT, int D>
 static partial_fn pick_rt(int rt, uint32_t chunk_len) {
     /* only the tile sizes heads_per_block can ask for are compiled */
-    constexpr int cap = fdec_simt_max_rt(fdec_shape<KT, D>::E, D != 0);
+    constexpr int cap = fdec_simt_max_rt(D != 0);
     static_assert(fdec_sums_ok<KT, D, cap>, "heads_per_block's tiles have room for the block sums");
     switch (rt) {
     case 1: return pick_sums<KT, D, 1>(chunk_len);
@@ -190,7 +190,7 @@ typedef struct {
  * lanes) holds for the shorter calls it serves. Larger groups take several head tiles, whose blocks read the same
  * rows at about the same time, so the repeats come from L2. */
 static int heads_per_block(const cuda_impl *c, const fdec_problem *p, int fast, int elems_per_lane, size_t pipe) {
-    int cap = fdec_simt_max_rt(elems_per_lane, fast), rt = 1;
+    int cap = fdec_simt_max_rt(fast), rt = 1;
     while (cap > 2 && fdec_sums_smem_bytes(cap, elems_per_lane) &&
            ((uint64_t)p->seq_len - p->lo < FDEC_CUDA_WIDE_TILE_MIN ||
             pipe + fdec_sums_smem_bytes(cap, elems_per_lane) + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin))

@@ -225,24 +225,23 @@ __device__ __forceinline__ void fdec_flush_block(float &hi, float &blk) {
  * memory beside the ring (fdec_sums_in_smem). Until session 33 the 16-bit rows took 8 heads, a tile with no room for
  * the totals, whose one running sum a lane failed a drift input (fuzz/corpus/cuda-drift-d128-h64-g8-f16-131072 with
  * FDEC_CUDA_KERNEL=simt; bench/NOTES.md, CUDA log row 82); from then to session 34 head_dim 512 took 2 (row 83). */
-__host__ __device__ constexpr int fdec_simt_max_rt(int elems_per_lane, bool fast) {
-    (void)elems_per_lane;
-    return fast ? 4 : 2;
-}
+__host__ __device__ constexpr int fdec_simt_max_rt(bool fast) { return fast ? 4 : 2; }
 
 /* Where fdec_decode_kernel's block sums (SUMS) keep their totals, RT x E floats a lane: in registers where that is
  * at most 32 floats (more spilled under ptxas -v: bench/NOTES.md, CUDA log row 72); else in shared memory after the
  * cp.async ring, RT x E floats a thread (fdec_sums_smem_bytes), which the totals touch only once a block of steps.
  * fdec_sums_ok: SUMS can be compiled (cuda.cu's pick_rt asserts it for every tile heads_per_block asks for). */
+__host__ __device__ constexpr bool fdec_sums_in_regs(int rt, int elems_per_lane) { return rt * elems_per_lane <= 32; }
 template <typename KT, int D, int RT>
-constexpr bool fdec_sums_fit = RT * fdec_shape<KT, D>::E <= 32;
+constexpr bool fdec_sums_fit = fdec_sums_in_regs(RT, fdec_shape<KT, D>::E);
 template <typename KT, int D, int RT>
 constexpr bool fdec_sums_in_smem = !fdec_sums_fit<KT, D, RT> && fdec_shape<KT, D>::ASYNC;
 template <typename KT, int D, int RT>
 constexpr bool fdec_sums_ok = fdec_sums_fit<KT, D, RT> || fdec_sums_in_smem<KT, D, RT>;
 /* the shared-memory totals' bytes for RT heads of E elements a lane (0 where they fit the registers) */
 __host__ __device__ constexpr size_t fdec_sums_smem_bytes(int rt, int elems_per_lane) {
-    return rt * elems_per_lane <= 32 ? 0 : (size_t)rt * elems_per_lane * FDEC_CUDA_WARPS * 32 * sizeof(float);
+    return fdec_sums_in_regs(rt, elems_per_lane) ? 0
+                                                  : (size_t)rt * elems_per_lane * FDEC_CUDA_WARPS * 32 * sizeof(float);
 }
 
 /* Shared memory the cp.async pipeline needs per block: STAGES x U x NL x (K, V) x 16 bytes per thread. */

@@ -1,0 +1,137 @@
+/* par_contexts.c — what splitting one call over two threads costs against two threads that never meet (bench/NOTES.md,
+ * CPU log row 69). The Gemma 4 full layer (head_dim 512, 16 query heads, 2 KV heads, f16 K/V, f32 q and out) at L
+ * positions, every call from DRAM (two caches, each far larger than the L3, taken in turn). Three ways to run 2 x calls
+ * calls, alternated round by round:
+ *   A  one context of 2 threads (fdec_decode as an engine calls it: the call split in chunks over both threads, the
+ *      threads meeting at its end and sharing its merge);
+ *   B  two threads pinned to CPUs 0 and 1, each with its own 1-thread context and its own cache, each making whole calls;
+ *   H  the same two contexts, each making calls over its half of the positions of both caches (the split of A without
+ *      its meeting points);
+ *   S  one of those threads alone, whole calls (the other CPU idle).
+ * Prints, per round, ms a call (2 x calls calls over the round's wall time) and % of the 2-thread FMA floor (4 H L D
+ * flops at the FMA peak of 2 threads, measured at the start as flashdec bench does); for S, ms a call and % of the
+ * 1-thread floor; and the medians at the end.
+ *
+ *   make && cc -O2 -Iinclude -Itools bench/micro/par_contexts.c tools/bench_util.c -Lbuild -lflashdec \
+ *      -Wl,-rpath,$PWD/build -lpthread -lm -o /tmp/par_contexts && /tmp/par_contexts 32768 10 24 [shift]
+ */
+#define _GNU_SOURCE
+#include "bench_util.h"
+#include "flashdec.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { D = 512, H = 16, G = 2 };
+static uint32_t L = 32768;
+static int calls = 10, mode;
+static size_t shift; /* bytes the caches start past a 2 MiB boundary: 16 is where malloc puts a large block */
+static fdec_layer ly;
+static uint16_t *K[2], *V[2];
+static float *Q, *O[2];
+static fdec_context *one[2];
+static pthread_barrier_t bar;
+
+static void pin(int cpu) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    pthread_setaffinity_np(pthread_self(), sizeof s, &s);
+}
+
+static void *side(void *x) {
+    const int id = (int)(intptr_t)x;
+    pin(id);
+    if (mode == 2) {
+        for (int i = 0; i < calls; i++) fdec_decode(one[0], &ly, L, Q, K[i & 1], V[i & 1], O[0], NULL);
+        return NULL;
+    }
+    pthread_barrier_wait(&bar);
+    if (mode == 0)
+        for (int i = 0; i < calls; i++) fdec_decode(one[id], &ly, L, Q, K[id], V[id], O[id], NULL);
+    else
+        for (int i = 0; i < 2 * calls; i++) {
+            const size_t off = (size_t)id * (L / 2) * G * D;
+            fdec_decode(one[id], &ly, L / 2, Q, K[i & 1] + off, V[i & 1] + off, O[id], NULL);
+        }
+    pthread_barrier_wait(&bar);
+    return NULL;
+}
+
+/* ms a call of the two threads of mode m (0: B, 1: H), or of thread 0 alone (2: S) */
+static double two_sides(int m) {
+    mode = m;
+    if (m == 2) {
+        pthread_t t;
+        const double t0 = fd_now();
+        pthread_create(&t, NULL, side, (void *)(intptr_t)0);
+        pthread_join(t, NULL);
+        return (fd_now() - t0) * 1e3 / calls;
+    }
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, side, (void *)(intptr_t)i);
+    pthread_barrier_wait(&bar);
+    const double t0 = fd_now();
+    pthread_barrier_wait(&bar);
+    const double dt = fd_now() - t0;
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    return dt * 1e3 / (2 * calls);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) L = (uint32_t)atoi(argv[1]) & ~1u;
+    if (argc > 2) calls = atoi(argv[2]);
+    const int rounds = argc > 3 ? atoi(argv[3]) : 12;
+    if (argc > 4) shift = (size_t)atoi(argv[4]) & ~(size_t)1;
+    if (L < 2 || calls < 1 || rounds < 1 || rounds > 1000) return fprintf(stderr, "usage: par_contexts [L calls rounds shift]\n"), 2;
+    ly = (fdec_layer){0};
+    ly.head_dim = D, ly.num_q_heads = H, ly.num_kv_heads = G;
+    ly.q_dtype = FDEC_F32, ly.kv_dtype = FDEC_F16, ly.out_dtype = FDEC_F32;
+    fdec_options o = fdec_default_options();
+    fdec_context *two;
+    o.threads = 1;
+    for (int i = 0; i < 2; i++)
+        if (fdec_context_create(FDEC_BACKEND_CPU, &o, &one[i])) return fprintf(stderr, "%s\n", fdec_last_error()), 1;
+    o.threads = 2;
+    if (fdec_context_create(FDEC_BACKEND_CPU, &o, &two)) return fprintf(stderr, "%s\n", fdec_last_error()), 1;
+    const size_t n = (size_t)L * G * D;
+    fd_rng rng = {12345};
+    for (int j = 0; j < 2; j++) {
+        K[j] = fd_alloc_kv(n * 2 + shift), V[j] = fd_alloc_kv(n * 2 + shift), O[j] = malloc(H * D * 4);
+        if (!K[j] || !V[j] || !O[j]) return fprintf(stderr, "out of memory\n"), 1;
+        K[j] = (uint16_t *)((char *)K[j] + shift), V[j] = (uint16_t *)((char *)V[j] + shift);
+        for (size_t i = 0; i < n; i++) { /* f16 in +-[0.125, 0.25) */
+            K[j][i] = (uint16_t)(0x3000 + (fd_rand(&rng) & 0x7ff) + ((fd_rand(&rng) & 1) << 15));
+            V[j][i] = (uint16_t)(0x3000 + (fd_rand(&rng) & 0x7ff) + ((fd_rand(&rng) & 1) << 15));
+        }
+    }
+    Q = malloc(H * D * 4);
+    for (int i = 0; i < H * D; i++) Q[i] = (float)(fd_uniform(&rng) * 2 - 1);
+    pthread_barrier_init(&bar, NULL, 3);
+    const double peak = fd_fma_peak(2), floor_ms = 4.0 * H * L * D / (peak * 1e9) * 1e3; /* GFLOP/s */
+    const double peak1 = fd_fma_peak(1), floor1_ms = 4.0 * H * L * D / (peak1 * 1e9) * 1e3;
+    printf("L %u, caches %zu bytes past 2 MiB, %d calls a thread a round; FMA peak %.0f GFLOP/s (2 threads), %.0f (1), floors %.3f and %.3f ms\n",
+           L, shift, calls, peak, peak1, floor_ms, floor1_ms);
+    double *ta = malloc(rounds * sizeof *ta), *tb = malloc(rounds * sizeof *tb), *th = malloc(rounds * sizeof *th);
+    double *ts = malloc(rounds * sizeof *ts), *rb = malloc(rounds * sizeof *rb), *rh = malloc(rounds * sizeof *rh);
+    for (int r = 0; r < rounds; r++) {
+        const double t0 = fd_now();
+        for (int i = 0; i < 2 * calls; i++) fdec_decode(two, &ly, L, Q, K[i & 1], V[i & 1], O[0], NULL);
+        ta[r] = (fd_now() - t0) * 1e3 / (2 * calls);
+        tb[r] = two_sides(0), th[r] = two_sides(1), ts[r] = two_sides(2);
+        rb[r] = tb[r] / ta[r], rh[r] = th[r] / ta[r];
+        printf("round %2d: A %.3f ms (%.1f%%)  B %.3f (%.1f%%)  H %.3f (%.1f%%)  S %.3f (%.1f%%)  B/A %.3f  H/A %.3f\n", r,
+               ta[r], 100 * floor_ms / ta[r], tb[r], 100 * floor_ms / tb[r], th[r], 100 * floor_ms / th[r], ts[r],
+               100 * floor1_ms / ts[r], rb[r], rh[r]);
+        fflush(stdout);
+    }
+    const double ma = fd_median(ta, rounds), mb = fd_median(tb, rounds), mh = fd_median(th, rounds),
+                 ms = fd_median(ts, rounds);
+    printf("medians: A %.3f ms (%.1f%%)  B %.3f (%.1f%%)  H %.3f (%.1f%%)  S %.3f (%.1f%%)  B/A %.3f  H/A %.3f\n", ma,
+           100 * floor_ms / ma, mb, 100 * floor_ms / mb, mh, 100 * floor_ms / mh, ms, 100 * floor1_ms / ms,
+           fd_median(rb, rounds), fd_median(rh, rounds));
+    return 0;
+}

@@ -1,10 +1,11 @@
-/* par_contexts.c — what splitting one call over two threads costs against two threads that never meet (bench/NOTES.md,
- * CPU log row 69). The Gemma 4 full layer (head_dim 512, 16 query heads, 2 KV heads, f16 K/V, f32 q and out) at L
- * positions, every call from DRAM (two caches, each far larger than the L3, taken in turn). Three ways to run 2 x calls
- * calls, alternated round by round:
+/* par_contexts.c — what splitting one call over two threads costs against two threads that never meet
+ * (bench/NOTES.md, CPU log row 69). The Gemma 4 full layer (head_dim 512, 16 query heads, 2 KV heads, f16 K/V, f32 q
+ * and out) at L positions, every call from DRAM (two caches, each far larger than the L3, taken in turn). Four ways to
+ * run the calls, alternated round by round:
  *   A  one context of 2 threads (fdec_decode as an engine calls it: the call split in chunks over both threads, the
  *      threads meeting at its end and sharing its merge);
- *   B  two threads pinned to CPUs 0 and 1, each with its own 1-thread context and its own cache, each making whole calls;
+ *   B  two threads pinned to CPUs 0 and 1, each with its own 1-thread context and its own cache, each making whole
+ *      calls;
  *   H  the same two contexts, each making calls over its half of the positions of both caches (the split of A without
  *      its meeting points);
  *   S  one of those threads alone, whole calls (the other CPU idle).
@@ -86,7 +87,8 @@ int main(int argc, char **argv) {
     if (argc > 2) calls = atoi(argv[2]);
     const int rounds = argc > 3 ? atoi(argv[3]) : 12;
     if (argc > 4) shift = (size_t)atoi(argv[4]) & ~(size_t)1;
-    if (L < 2 || calls < 1 || rounds < 1 || rounds > 1000) return fprintf(stderr, "usage: par_contexts [L calls rounds shift]\n"), 2;
+    if (L < 2 || calls < 1 || rounds < 1 || rounds > 1000)
+        return fprintf(stderr, "usage: par_contexts [L calls rounds shift]\n"), 2;
     ly = (fdec_layer){0};
     ly.head_dim = D, ly.num_q_heads = H, ly.num_kv_heads = G;
     ly.q_dtype = FDEC_F32, ly.kv_dtype = FDEC_F16, ly.out_dtype = FDEC_F32;
@@ -113,7 +115,8 @@ int main(int argc, char **argv) {
     pthread_barrier_init(&bar, NULL, 3);
     const double peak = fd_fma_peak(2), floor_ms = 4.0 * H * L * D / (peak * 1e9) * 1e3; /* GFLOP/s */
     const double peak1 = fd_fma_peak(1), floor1_ms = 4.0 * H * L * D / (peak1 * 1e9) * 1e3;
-    printf("L %u, caches %zu bytes past 2 MiB, %d calls a thread a round; FMA peak %.0f GFLOP/s (2 threads), %.0f (1), floors %.3f and %.3f ms\n",
+    printf("L %u, caches %zu bytes past 2 MiB, %d calls a thread a round; FMA peak %.0f GFLOP/s (2 threads), %.0f (1), "
+           "floors %.3f and %.3f ms\n",
            L, shift, calls, peak, peak1, floor_ms, floor1_ms);
     double *ta = malloc(rounds * sizeof *ta), *tb = malloc(rounds * sizeof *tb), *th = malloc(rounds * sizeof *th);
     double *ts = malloc(rounds * sizeof *ts), *rb = malloc(rounds * sizeof *rb), *rh = malloc(rounds * sizeof *rh);
@@ -123,8 +126,8 @@ int main(int argc, char **argv) {
         ta[r] = (fd_now() - t0) * 1e3 / (2 * calls);
         tb[r] = two_sides(0), th[r] = two_sides(1), ts[r] = two_sides(2);
         rb[r] = tb[r] / ta[r], rh[r] = th[r] / ta[r];
-        printf("round %2d: A %.3f ms (%.1f%%)  B %.3f (%.1f%%)  H %.3f (%.1f%%)  S %.3f (%.1f%%)  B/A %.3f  H/A %.3f\n", r,
-               ta[r], 100 * floor_ms / ta[r], tb[r], 100 * floor_ms / tb[r], th[r], 100 * floor_ms / th[r], ts[r],
+        printf("round %2d: A %.3f ms (%.1f%%)  B %.3f (%.1f%%)  H %.3f (%.1f%%)  S %.3f (%.1f%%)  B/A %.3f  H/A %.3f\n",
+               r, ta[r], 100 * floor_ms / ta[r], tb[r], 100 * floor_ms / tb[r], th[r], 100 * floor_ms / th[r], ts[r],
                100 * floor1_ms / ts[r], rb[r], rh[r]);
         fflush(stdout);
     }

@@ -8,10 +8,10 @@
  *      calls;
  *   H  the same two contexts, each making calls over its half of the positions of both caches (the split of A without
  *      its meeting points);
- *   S  one of those threads alone, whole calls (the other CPU idle).
- * Prints, per round, ms a call (2 x calls calls over the round's wall time) and % of the 2-thread FMA floor (4 H L D
- * flops at the FMA peak of 2 threads, measured at the start as flashdec bench does); for S, ms a call and % of the
- * 1-thread floor; and the medians at the end.
+ *   S  one of those threads alone, whole calls on both caches in turn (the other CPU idle).
+ * Each way makes 2 x calls calls (or as many halves' worth) a round. Prints, per round, ms a call (the round's wall
+ * time over 2 x calls) and % of the 2-thread FMA floor (4 H L D flops at the FMA peak of 2 threads, measured at the
+ * start as flashdec bench does), for S % of the 1-thread floor; and the medians at the end.
  *
  *   make && cc -O2 -Iinclude -Itools bench/micro/par_contexts.c tools/bench_util.c -Lbuild -lflashdec \
  *      -Wl,-rpath,$PWD/build -lpthread -lm -o /tmp/par_contexts && /tmp/par_contexts 32768 10 24 [shift]
@@ -43,42 +43,34 @@ static void pin(int cpu) {
     pthread_setaffinity_np(pthread_self(), sizeof s, &s);
 }
 
+/* One thread of mode `mode`: pinned to CPU id, its calls between two waits on the barrier (B: whole calls on its own
+ * cache; H: calls over its half of the positions of both caches; S: whole calls on both caches in turn). */
 static void *side(void *x) {
     const int id = (int)(intptr_t)x;
     pin(id);
-    if (mode == 2) {
-        for (int i = 0; i < calls; i++) fdec_decode(one[0], &ly, L, Q, K[i & 1], V[i & 1], O[0], NULL);
-        return NULL;
-    }
     pthread_barrier_wait(&bar);
-    if (mode == 0)
-        for (int i = 0; i < calls; i++) fdec_decode(one[id], &ly, L, Q, K[id], V[id], O[id], NULL);
-    else
-        for (int i = 0; i < 2 * calls; i++) {
-            const size_t off = (size_t)id * (L / 2) * G * D;
-            fdec_decode(one[id], &ly, L / 2, Q, K[i & 1] + off, V[i & 1] + off, O[id], NULL);
-        }
+    for (int i = 0; i < (mode == 0 ? calls : 2 * calls); i++) {
+        const size_t off = mode == 1 ? (size_t)id * (L / 2) * G * D : 0;
+        const int c = mode == 0 ? id : i & 1;
+        fdec_decode(one[id], &ly, mode == 1 ? L / 2 : L, Q, K[c] + off, V[c] + off, O[id], NULL);
+    }
     pthread_barrier_wait(&bar);
     return NULL;
 }
 
-/* ms a call of the two threads of mode m (0: B, 1: H), or of thread 0 alone (2: S) */
-static double two_sides(int m) {
+/* ms a call of mode m (0: B, 1: H, both threads; 2: S, thread 0 alone) */
+static double sides(int m) {
+    const int n = m == 2 ? 1 : 2;
     mode = m;
-    if (m == 2) {
-        pthread_t t;
-        const double t0 = fd_now();
-        pthread_create(&t, NULL, side, (void *)(intptr_t)0);
-        pthread_join(t, NULL);
-        return (fd_now() - t0) * 1e3 / calls;
-    }
+    pthread_barrier_init(&bar, NULL, (unsigned)n + 1);
     pthread_t t[2];
-    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, side, (void *)(intptr_t)i);
+    for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, side, (void *)(intptr_t)i);
     pthread_barrier_wait(&bar);
     const double t0 = fd_now();
     pthread_barrier_wait(&bar);
     const double dt = fd_now() - t0;
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&bar);
     return dt * 1e3 / (2 * calls);
 }
 
@@ -112,9 +104,8 @@ int main(int argc, char **argv) {
     }
     Q = malloc(H * D * 4);
     for (int i = 0; i < H * D; i++) Q[i] = (float)(fd_uniform(&rng) * 2 - 1);
-    pthread_barrier_init(&bar, NULL, 3);
-    const double peak = fd_fma_peak(2), floor_ms = 4.0 * H * L * D / (peak * 1e9) * 1e3; /* GFLOP/s */
-    const double peak1 = fd_fma_peak(1), floor1_ms = 4.0 * H * L * D / (peak1 * 1e9) * 1e3;
+    const double peak = fd_fma_peak(2), peak1 = fd_fma_peak(1); /* GFLOP/s */
+    const double floor_ms = 4e-6 * H * L * D / peak, floor1_ms = 4e-6 * H * L * D / peak1; /* 4 H L D flops */
     printf("L %u, caches %zu bytes past 2 MiB, %d calls a thread a round; FMA peak %.0f GFLOP/s (2 threads), %.0f (1), "
            "floors %.3f and %.3f ms\n",
            L, shift, calls, peak, peak1, floor_ms, floor1_ms);
@@ -124,7 +115,7 @@ int main(int argc, char **argv) {
         const double t0 = fd_now();
         for (int i = 0; i < 2 * calls; i++) fdec_decode(two, &ly, L, Q, K[i & 1], V[i & 1], O[0], NULL);
         ta[r] = (fd_now() - t0) * 1e3 / (2 * calls);
-        tb[r] = two_sides(0), th[r] = two_sides(1), ts[r] = two_sides(2);
+        tb[r] = sides(0), th[r] = sides(1), ts[r] = sides(2);
         rb[r] = tb[r] / ta[r], rh[r] = th[r] / ta[r];
         printf("round %2d: A %.3f ms (%.1f%%)  B %.3f (%.1f%%)  H %.3f (%.1f%%)  S %.3f (%.1f%%)  B/A %.3f  H/A %.3f\n",
                r, ta[r], 100 * floor_ms / ta[r], tb[r], 100 * floor_ms / tb[r], th[r], 100 * floor_ms / th[r], ts[r],

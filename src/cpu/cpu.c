@@ -33,7 +33,8 @@
 #define MAX_CHUNKS 64
 /* With several chunks a thread, the last chunk of each thread's run is cut into CUT_PARTS chunks (whole blocks), so
  * that the end of a call is shared out in small pieces: with even chunks the two threads of a call still ended half a
- * chunk apart (4-9% of the call), with the last cut in 4 1.5-1.8% (bench/NOTES.md, CPU log row 53). At most
+ * chunk apart (4-9% of the call), with the last cut in 4 1.5-1.8% (bench/NOTES.md, CPU log row 53). Cut in 8 was even
+ * and in 16 1-2% slower, paired from DRAM (rows 55 and 72: each piece is a state to merge and a chunk start). At most
  * MAX_STATES partial states in all. */
 #ifndef FDEC_CPU_CUT_PARTS
 #define FDEC_CPU_CUT_PARTS 4

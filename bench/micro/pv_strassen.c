@@ -10,11 +10,14 @@
  *   F  FMAs alone in registers, as many as kern.h's tile (8192 a block)
  *   A  kern.h's pv_tile: 8 heads x 2 vectors, the block's sums from zero, added to o at the end
  *   S  the Strassen tile (7168 FMAs a block)
+ * PV_ABLATE (for where S's time goes; its results are then wrong on purpose): 1 leaves out each tile's end (the 28
+ * sums combined into 16 outputs and added to o), 2 the weights' combinations (ac is left as it was), 3 both.
  * Prints the largest error of A and S against float64 (unnormalised o: the sum of 32 weights in [0, 1) times V in
  * +-[0.5, 1)) and us a block, medians of 15 rounds. Argument: bytes of V cycled through (1 MiB: L2).
  *
- *   gcc -O2 -march=native bench/micro/pv_strassen.c -lm -o /tmp/pv_strassen && /tmp/pv_strassen 1048576
+ *   gcc -O3 -march=native bench/micro/pv_strassen.c -lm -o /tmp/pv_strassen && /tmp/pv_strassen 1048576   (the library's -O3)
  *   clang -O2 -march=native bench/micro/pv_strassen.c -lm -o /tmp/pv_strassen_cl && /tmp/pv_strassen_cl 1048576
+ *   (gcc -O2 the same way; -DPV_ABLATE=1, 2 or 3 for the ablations)
  */
 #include <immintrin.h>
 #include <math.h>
@@ -22,16 +25,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "fma16.h" /* now() */
 
 #define S 2048 /* bytes a row: 2 KV heads x 512 f16 */
 #define NBR 32 /* rows a block */
+#ifndef PV_ABLATE
+#define PV_ABLATE 0
+#endif
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 /* acc += broadcast(*p) * v, the weight from memory as kern.h's vfma_bcast */
 static inline __m512 fb(const float *p, __m512 v, __m512 acc) {
     __asm__("vfmadd231ps %1%{1to16%}, %2, %0" : "+v"(acc) : "m"(*p), "v"(v));
@@ -58,23 +60,24 @@ __attribute__((noinline)) static void pv_kern(const char *v, const float *sT, fl
     }
 }
 
-/* The weights' 7 block combinations, ac[j][k * 4 + i] for row pair j (rows j, j + 16), product k, head row i (heads i
- * and i + 4): A11 + A22, A21 + A22, A11, A22, A11 + A12, A21 - A11, A12 - A22 */
+/* The weights' 7 block combinations, ac[(k * 4 + i) * 16 + j] for product k, head row i (heads i and i + 4) and row
+ * pair j (rows j, j + 16), a vector of the 16 pairs at a time: A11 + A22, A21 + A22, A11, A22, A11 + A12, A21 - A11,
+ * A12 - A22 */
 static void combos(const float *sT, float *ac) {
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 16; j++) {
-            const float a11 = sT[i * 32 + j], a12 = sT[i * 32 + 16 + j], a21 = sT[(i + 4) * 32 + j],
-                        a22 = sT[(i + 4) * 32 + 16 + j];
-            const float c[7] = {a11 + a22, a21 + a22, a11, a22, a11 + a12, a21 - a11, a12 - a22};
-            for (int k = 0; k < 7; k++) ac[j * 32 + k * 4 + i] = c[k];
-        }
+    for (int i = 0; i < 4; i++) {
+        const __m512 a11 = _mm512_loadu_ps(sT + i * 32), a12 = _mm512_loadu_ps(sT + i * 32 + 16),
+                     a21 = _mm512_loadu_ps(sT + (i + 4) * 32), a22 = _mm512_loadu_ps(sT + (i + 4) * 32 + 16);
+        const __m512 c[7] = {_mm512_add_ps(a11, a22), _mm512_add_ps(a21, a22), a11, a22,
+                             _mm512_add_ps(a11, a12), _mm512_sub_ps(a21, a11), _mm512_sub_ps(a12, a22)};
+        for (int k = 0; k < 7; k++) _mm512_store_ps(ac + (k * 4 + i) * 16, c[k]);
+    }
 }
 
-#define FB4(k, b) m##k##0 = fb(a + k * 4 + 0, b, m##k##0), m##k##1 = fb(a + k * 4 + 1, b, m##k##1), \
-                  m##k##2 = fb(a + k * 4 + 2, b, m##k##2), m##k##3 = fb(a + k * 4 + 3, b, m##k##3)
+#define FB4(k, b) m##k##0 = fb(a + k * 64 + 0, b, m##k##0), m##k##1 = fb(a + k * 64 + 16, b, m##k##1), \
+                  m##k##2 = fb(a + k * 64 + 32, b, m##k##2), m##k##3 = fb(a + k * 64 + 48, b, m##k##3)
 __attribute__((noinline)) static void pv_strassen(const char *v, const float *sT, float *o) {
-    float ac[16 * 32] __attribute__((aligned(64)));
-    combos(sT, ac);
+    static float ac[7 * 4 * 16] __attribute__((aligned(64)));
+    if (!(PV_ABLATE & 2)) combos(sT, ac);
     for (int dv = 0; dv < 16; dv++) { /* dimensions dv * 32 + [0, 16) (the first half) and + [16, 32) (the second) */
         const __m512 z = _mm512_setzero_ps();
         __m512 m00 = z, m01 = z, m02 = z, m03 = z, m10 = z, m11 = z, m12 = z, m13 = z, m20 = z, m21 = z, m22 = z,
@@ -82,7 +85,7 @@ __attribute__((noinline)) static void pv_strassen(const char *v, const float *sT
                m52 = z, m53 = z, m60 = z, m61 = z, m62 = z, m63 = z;
         const float *a = ac;
         const char *r1 = v + dv * 64;
-        for (int j = 0; j < 16; j++, a += 32, r1 += S) {
+        for (int j = 0; j < 16; j++, a++, r1 += S) {
             const char *r2 = r1 + 16 * S;
             const __m512 v11 = CV(r1), v22 = CV(r2 + 32);
             FB4(0, _mm512_add_ps(v11, v22));
@@ -98,6 +101,11 @@ __attribute__((noinline)) static void pv_strassen(const char *v, const float *sT
         const __m512 M[7][4] = {{m00, m01, m02, m03}, {m10, m11, m12, m13}, {m20, m21, m22, m23},
                                 {m30, m31, m32, m33}, {m40, m41, m42, m43}, {m50, m51, m52, m53},
                                 {m60, m61, m62, m63}};
+        if (PV_ABLATE & 1) { /* no tile end: one lane of each sum kept, so that the loop is not dropped */
+            for (int k = 0; k < 7; k++)
+                for (int i = 0; i < 4; i++) o[k * 64 + i * 16] = _mm512_cvtss_f32(M[k][i]);
+            continue;
+        }
         for (int i = 0; i < 4; i++) {
             const __m512 c11 = _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(M[0][i], M[3][i]), M[4][i]), M[6][i]);
             const __m512 c12 = _mm512_add_ps(M[2][i], M[4][i]);

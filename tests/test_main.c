@@ -450,27 +450,31 @@ static void test_numerics(path_ctx *pc, int npc) {
 }
 
 /* NaN or inf in q, K or V of the attended range: the affected heads come out NaN (every element, and lse),
- * the other heads stay right. The last six cases are long: head_dim 9 over 40,000 positions, where the CUDA SIMT
- * kernel's lane groups sum 152 rows each and so take its block sums (on an H200: 66 chunks of 608 positions). */
+ * the other heads stay right. Cases 18-23 are long: head_dim 9 over 40,000 positions, where the CUDA SIMT
+ * kernel's lane groups sum 152 rows each and so take its block sums (on an H200: 66 chunks of 608 positions). Cases
+ * 24-29 have 8 Q heads on 1 KV head and f16 K/V in whole blocks, which the AVX-512 path's output pass takes by
+ * Strassen's product (kern.h pv_strassen), whose weights mix heads i and i + 4: a NaN or inf in one head's q must
+ * still leave the other seven right. */
 static void test_nonfinite(path_ctx *pc, int npc) {
     static const char *what[] = {"inf in K", "-inf in V", "NaN in q", "NaN in K", "-inf in q", "inf in V"};
-    for (int c = 0; c < 24; c++) { /* the six cases with f32, f16 and bf16 K/V (the tensor-core kernel on CUDA), long */
+    for (int c = 0; c < 30; c++) { /* the six cases with f32, f16 and bf16 K/V (the tensor-core kernel on CUDA), long,
+                                    * 8 heads a KV head */
         fd_rng r = {61 + (uint64_t)c};
-        const int lng = c >= 18;
-        const fdec_dtype kvt = lng ? FDEC_F32 : (fdec_dtype)(c / 6);
-        const uint32_t D = lng ? 9 : 64, n = lng ? 40000 : 90;
-        fdec_layer L = layer_of(D, 8, 4, 0, 0, kvt, 0); /* 2 Q heads per KV head; q and out f32 */
+        const int lng = c >= 18 && c < 24, wide = c >= 24;
+        const fdec_dtype kvt = lng ? FDEC_F32 : wide ? FDEC_F16 : (fdec_dtype)(c / 6);
+        const uint32_t D = lng ? 9 : 64, n = lng ? 40000 : wide ? 200 : 90, G = wide ? 1 : 4, R = 8 / G;
+        fdec_layer L = layer_of(D, 8, G, 0, 0, kvt, 0); /* 2 (or 8) Q heads per KV head; q and out f32 */
         fd_problem pr;
         fd_problem_make(&pr, &L, n, FD_DENSE, 1.0f, &r);
         double *ref = malloc(sizeof(double) * 8 * D), rl[8];
         fd_reference(&pr, ref, rl); /* before the poison: the unaffected heads must match this */
-        const uint32_t g = 1 + (uint32_t)c % 3, t = 17 + (lng ? 6007 : 11) * (uint32_t)(c % 6), d = 5;
+        const uint32_t g = (1 + (uint32_t)c % 3) % G, t = 17 + (lng ? 6007 : 11) * (uint32_t)(c % 6), d = 5;
         const int w = c % 6;
         const float bad = w == 0 || w == 5 ? INFINITY : w == 1 || w == 4 ? -INFINITY : NAN;
-        uint32_t affected_lo = 2 * g, affected_hi = 2 * g + 2; /* the Q heads of KV head g */
+        uint32_t affected_lo = R * g, affected_hi = R * g + R; /* the Q heads of KV head g */
         if (w == 2 || w == 4) { /* q: only that head */
-            ((float *)pr.q)[(2 * g + 1) * D + d] = bad;
-            affected_lo = 2 * g + 1;
+            ((float *)pr.q)[(R * g + 1) * D + d] = bad;
+            affected_lo = R * g + 1, affected_hi = R * g + 2;
         } else
             fdec_store_elem(w == 1 || w == 5 ? pr.v : pr.k, (size_t)t * pr.p.ps + g * D + d, kvt, bad);
         inputs in;
@@ -496,7 +500,7 @@ static void test_nonfinite(path_ctx *pc, int npc) {
         free(ref);
         fd_problem_free(&pr);
     }
-    printf("non-finite inputs: 24 cases, affected heads NaN, others right\n");
+    printf("non-finite inputs: 30 cases, affected heads NaN, others right\n");
 }
 
 /* fdec_merge: random shard splits of one problem (empty and single-position shards too; one case of 100

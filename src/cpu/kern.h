@@ -230,16 +230,16 @@ ALWAYS_INLINE void pv_heads(const char *vb, size_t vstride, uint32_t nb, const f
 #if FDEC_ISA == 2 && FDEC_CPU_STRASSEN
 /* The output pass of 8 heads over a whole block of f16 V by one level of Strassen's product (AVX-512 only): the block
  * is O[8 x D] += P[8 x NB] V[NB x D], and Strassen's 2 x 2 scheme does it in 7 block products instead of 8, i.e. 7/8
- * of the FMAs, for 5 adds of V a step (on Zen 4's add pipes, free beside the FMAs: bench/NOTES.md, CPU log row 60)
- * and 5 vector adds of the weights a block. Blocks: heads 0-3 / 4-7 (A rows), rows 0 .. NB/2 / NB/2 .. NB, dimensions
- * in even / odd 16-wide vectors (so a step's four V loads fill two whole lines). A tile is the 4 head rows x 7
- * products = 28 accumulators for one vector of each dimension half over the block's NB/2 row pairs; its end combines
- * them into the 16 output vectors and adds them to o. bench/micro/pv_strassen.c: 7-8% faster than pv_tile's tiles in
- * L2 where the compiler keeps the 28 accumulators in registers (gcc -O3, the Makefile's, and clang; gcc -O2 spills
- * them; CPU log row 71). In the kernel the Gemma 4 full layer is 2.4-5.4% faster in cache and 2.1-5.2% from DRAM at
- * 32k with 2 threads (paired, row 73); FDEC_CPU_STRASSEN=0 keeps pv_tile's tiles everywhere. Used for f16 V only (two
- * f16 values add without overflow in f32), and, since the weights' combinations mix heads i and i + 4, only for blocks
- * whose weights are all finite (l finite after the softmax), so that a NaN stays in its own head. */
+ * of the FMAs, for 5 adds of V a step (on Zen 4's add pipes, free beside the FMAs: bench/NOTES.md, CPU log row 60) and
+ * 5 vector adds of the weights a block. Blocks: heads 0-3 / 4-7 (A rows), rows 0 .. NB/2 / NB/2 .. NB, dimensions in
+ * even / odd 16-wide vectors (so a step's four V loads fill two whole lines). A tile is the 4 head rows x 7 products =
+ * 28 accumulators for one vector of each dimension half over the block's NB/2 row pairs; its end combines them into
+ * the 16 output vectors and adds them to o. bench/micro/pv_strassen.c: 7-8% faster than pv_tile's tiles in L2 where
+ * the compiler keeps the 28 accumulators in registers (gcc -O3, the Makefile's, and clang; gcc -O2 spills them; CPU
+ * log row 71). In the kernel the Gemma 4 full layer is 2-6% faster in cache and 0-5% from DRAM with 2 threads (paired
+ * in both orders, row 73); FDEC_CPU_STRASSEN=0 keeps pv_tile's tiles everywhere. Used for f16 V only (two f16 values
+ * add without overflow in f32), and, since the weights' combinations mix heads i and i + 4, only for blocks whose
+ * weights are all finite (l finite after the softmax), so that a NaN stays in its own head. */
 #define SP_FB4(k, b)                                                                                            \
     (m##k##0 = vfma_bcast(a + (k) * 4 * NP + 0 * NP, (b), m##k##0),                                              \
      m##k##1 = vfma_bcast(a + (k) * 4 * NP + 1 * NP, (b), m##k##1),                                              \

@@ -462,7 +462,9 @@ static void test_nonfinite(path_ctx *pc, int npc) {
         fd_rng r = {61 + (uint64_t)c};
         const int lng = c >= 18 && c < 24, wide = c >= 24;
         const fdec_dtype kvt = lng ? FDEC_F32 : wide ? FDEC_F16 : (fdec_dtype)(c / 6);
-        const uint32_t D = lng ? 9 : 64, n = lng ? 40000 : wide ? 200 : 90, G = wide ? 1 : 4, R = 8 / G;
+        /* wide: the shape of the AVX-512 kernel's Strassen output pass (8 query heads a KV head, head_dim 512, f16),
+         * whose weights' combinations mix heads i and i + 4 (CPU log rows 73 and 74) */
+        const uint32_t D = lng ? 9 : wide ? 512 : 64, n = lng ? 40000 : wide ? 200 : 90, G = wide ? 1 : 4, R = 8 / G;
         fdec_layer L = layer_of(D, 8, G, 0, 0, kvt, 0); /* 2 (or 8) Q heads per KV head; q and out f32 */
         fd_problem pr;
         fd_problem_make(&pr, &L, n, FD_DENSE, 1.0f, &r);

@@ -4,8 +4,9 @@
  * The pass is S[8 x 32] = Q[8 x 512] K^T[512 x 32] for each block; Strassen's 2 x 2 scheme does it in 7 block products
  * instead of 8. Blocks: heads 0-3 / 4-7 (A rows i, i + 4), dimensions in even / odd 16-wide vectors (so a step's two
  * loads of a K row use one whole line), positions 0-15 / 16-31 (B columns j, j + 16). The 7 combinations of q (A side)
- * are fixed for a call and made once; the 5 of K (B side) are adds of converted K vectors, a step at a time. Each M_k is
- * a dot product over 256 dimensions, 16 lanes wide, so the 28 sums of a tile are combined into 16 before the reduction.
+ * are fixed for a call and made once; the 5 of K (B side) are adds of converted K vectors, a step at a time. Each
+ * M_k is a dot product over 256 dimensions, 16 lanes wide, so the 28 sums of a tile are combined into 16 before the
+ * reduction.
  * Forms, alternated round by round:
  *   F  FMAs alone in registers, as many as kern.h's tile (8192 a block)
  *   A  kern.h's qk_tile at 8 heads: 8 heads x 2 positions, 16 accumulators, q's 8 vectors a step loaded once and used
@@ -160,7 +161,8 @@ int main(int argc, char **argv) {
     for (int h = 0; h < 8; h++)
         for (int p = 0; p < 32; p++) {
             double r = 0;
-            for (int d = 0; d < 512; d++) r += (double)q[h * 512 + d] * h2d(*(const uint16_t *)(k + (size_t)p * S + d * 2));
+            for (int d = 0; d < 512; d++)
+                r += (double)q[h * 512 + d] * h2d(*(const uint16_t *)(k + (size_t)p * S + d * 2));
             const double a = oa[(p / 2) * 16 + h * 2 + p % 2];
             const int j = p % 16, hi = h >= 4, pi = p >= 16;
             const double s = os[j * 16 + (hi * 2 + pi) * 4 + h % 4];

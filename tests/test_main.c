@@ -452,9 +452,9 @@ static void test_numerics(path_ctx *pc, int npc) {
 /* NaN or inf in q, K or V of the attended range: the affected heads come out NaN (every element, and lse),
  * the other heads stay right. Cases 18-23 are long: head_dim 9 over 40,000 positions, where the CUDA SIMT
  * kernel's lane groups sum 152 rows each and so take its block sums (on an H200: 66 chunks of 608 positions). Cases
- * 24-29 have 8 Q heads on 1 KV head and f16 K/V in whole blocks, which the AVX-512 path's output pass takes by
- * Strassen's product (kern.h pv_strassen), whose weights mix heads i and i + 4: a NaN or inf in one head's q must
- * still leave the other seven right. */
+ * 24-29 have 8 Q heads on 1 KV head, head_dim 512 and f16 K/V in whole blocks, the one shape whose AVX-512 output pass
+ * goes by Strassen's product (kern.h pv_strassen), whose weights mix heads i and i + 4: a NaN or inf in one head's q
+ * must still leave the other seven right (CPU log rows 73 and 74). */
 static void test_nonfinite(path_ctx *pc, int npc) {
     static const char *what[] = {"inf in K", "-inf in V", "NaN in q", "NaN in K", "-inf in q", "inf in V"};
     for (int c = 0; c < 30; c++) { /* the six cases with f32, f16 and bf16 K/V (the tensor-core kernel on CUDA), long,
@@ -462,8 +462,6 @@ static void test_nonfinite(path_ctx *pc, int npc) {
         fd_rng r = {61 + (uint64_t)c};
         const int lng = c >= 18 && c < 24, wide = c >= 24;
         const fdec_dtype kvt = lng ? FDEC_F32 : wide ? FDEC_F16 : (fdec_dtype)(c / 6);
-        /* wide: the shape of the AVX-512 kernel's Strassen output pass (8 query heads a KV head, head_dim 512, f16),
-         * whose weights' combinations mix heads i and i + 4 (CPU log rows 73 and 74) */
         const uint32_t D = lng ? 9 : wide ? 512 : 64, n = lng ? 40000 : wide ? 200 : 90, G = wide ? 1 : 4, R = 8 / G;
         fdec_layer L = layer_of(D, 8, G, 0, 0, kvt, 0); /* 2 (or 8) Q heads per KV head; q and out f32 */
         fd_problem pr;

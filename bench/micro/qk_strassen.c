@@ -10,13 +10,13 @@
  * Forms, alternated round by round:
  *   F  FMAs alone in registers, as many as kern.h's tile (8192 a block)
  *   A  kern.h's qk_tile at 8 heads: 8 heads x 2 positions, 16 accumulators, q's 8 vectors a step loaded once and used
- *      for both positions, the transposed reduction (simd.h's vreduce_vec), one store of the 16 sums
+ *      for both positions, simd.h's transposed reduction (vreduce_vec), one store of the 16 sums
  *   S  the Strassen tile: 4 head rows x 1 position pair, 28 accumulators, each FMA's q combination from memory (the
  *      28 KiB of combinations a KV head), 4 K loads and conversions and 5 adds a step; 7168 FMAs a block
  * Prints the largest error of A and S against float64 and us a block, medians of 15 rounds. Argument: bytes of K
  * cycled through (1 MiB: L2).
  *
- *   gcc -O3 -march=native bench/micro/qk_strassen.c -lm -o /tmp/qk_strassen && /tmp/qk_strassen 1048576
+ *   gcc -O3 -march=native -Iinclude bench/micro/qk_strassen.c -lm -o /tmp/qk_strassen && /tmp/qk_strassen 1048576
  */
 #include <immintrin.h>
 #include <math.h>
@@ -26,26 +26,12 @@
 #include <string.h>
 
 #include "fma16.h" /* now() */
+#define FDEC_ISA 2
+#include "../../src/cpu/simd.h" /* vreduce_vec: kern.h's transposed reduction */
 
 #define S 2048 /* bytes a row: 2 KV heads x 512 f16 */
 #define NBR 32 /* rows a block */
 #define CV(p) _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(p)))
-
-/* simd.h's transposed reduction: lane i = the sum of a[i]'s lanes */
-static inline __m512 reduce16(const __m512 *a) {
-    __m512 w[8], u[4], z[2];
-    for (int i = 0; i < 8; i++)
-        w[i] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    for (int i = 0; i < 4; i++)
-        u[i] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    for (int i = 0; i < 2; i++)
-        z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
 
 /* A: out[t * 16 + h * 2 + p] = score of head h, position 2t + p */
 __attribute__((noinline)) static void qk_kern(const char *k, const float *q, float *out) {
@@ -65,7 +51,7 @@ __attribute__((noinline)) static void qk_kern(const char *k, const float *q, flo
                 acc[h * 2 + 1] = _mm512_fmadd_ps(kv1, qv[h], acc[h * 2 + 1]);
             }
         }
-        _mm512_storeu_ps(out + t * 16, reduce16(acc));
+        _mm512_storeu_ps(out + t * 16, vreduce_vec(acc));
     }
 }
 
@@ -120,7 +106,7 @@ __attribute__((noinline)) static void qk_strassen(const char *k, const float *qc
             c[8 + i] = _mm512_add_ps(M[1][i], M[3][i]);                                              /* C21 */
             c[12 + i] = _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(M[0][i], M[1][i]), M[2][i]), M[5][i]); /* C22 */
         }
-        _mm512_storeu_ps(out + j * 16, reduce16(c));
+        _mm512_storeu_ps(out + j * 16, vreduce_vec(c));
     }
 }
 

@@ -11,6 +11,8 @@
  *
  * AB_HUGEPAGES=1: each build reads its own copies, A's in 4 KiB pages (MADV_NOHUGEPAGE) and B's in transparent huge
  * pages (MADV_HUGEPAGE); with the same library as A and B this measures what huge pages under the cache are worth.
+ * AB_SHIFT=N: each build reads its own copies, 2 MiB-aligned, B's starting N bytes past that (16: where glibc's
+ * malloc puts a large block; with the same library as A and B this measures what the cache's placement costs).
  * AB_COPIES=N: N copies instead of enough to cover twice the L3 (1: the same cache every call, kept in L2/L3).
  * AB_HELPER=1 (2 threads): both builds run their tasks through one caller-supplied parallel-for (the even tasks on the
  * caller, the odd ones on one spinning helper thread) instead of a pool each, whose idle worker would spin into the
@@ -103,13 +105,14 @@ static size_t l3_bytes(void) {
     return (size_t)v << 10;
 }
 
-/* bytes of cache memory, 2 MiB aligned, in huge pages or not (the advice is given before the first touch) */
-static void *cache_alloc(size_t bytes, int huge) {
-    const size_t al = (size_t)2 << 20, sz = (bytes + al - 1) / al * al;
-    void *p = NULL;
-    if (posix_memalign(&p, al, sz)) return NULL;
-    madvise(p, sz, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-    return p;
+/* bytes of cache memory from shift bytes past a 2 MiB boundary, in huge pages or not (advice 1 or 0, given before the
+ * first touch) or as the kernel's default has it (-1) */
+static void *cache_alloc(size_t bytes, int advice, size_t shift) {
+    const size_t al = (size_t)2 << 20, sz = (bytes + shift + al - 1) / al * al;
+    char *p = NULL;
+    if (posix_memalign((void **)&p, al, sz)) return NULL;
+    if (advice >= 0) madvise(p, sz, advice ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    return p + shift;
 }
 
 /* the process's memory in transparent huge pages, kB (-1 if unknown) */
@@ -154,13 +157,18 @@ int main(int argc, char **argv) {
     if (ncopy < 3) ncopy = 3;
     if (getenv("AB_COPIES") && atoi(getenv("AB_COPIES")) > 0) ncopy = atoi(getenv("AB_COPIES"));
     const int hp = getenv("AB_HUGEPAGES") && atoi(getenv("AB_HUGEPAGES"));
+    const size_t shift = getenv("AB_SHIFT") ? (size_t)atoi(getenv("AB_SHIFT")) & ~(size_t)1 : 0;
+    const int own = hp || getenv("AB_SHIFT"); /* each build its own copies */
     uint16_t **k[2], **v[2];
     float *q = malloc((size_t)H * D * 4), *out = malloc((size_t)H * D * 4);
     srand(1);
-    for (int w = 0; w < 1 + hp; w++) {
+    for (int w = 0; w < 1 + own; w++) {
         k[w] = calloc((size_t)ncopy, sizeof *k[w]), v[w] = calloc((size_t)ncopy, sizeof *v[w]);
         for (int c = 0; c < ncopy; c++) {
-            k[w][c] = hp ? cache_alloc(n * 2, w) : malloc(n * 2), v[w][c] = hp ? cache_alloc(n * 2, w) : malloc(n * 2);
+            const int adv = hp ? w : -1;
+            const size_t sh = w ? shift : 0;
+            k[w][c] = own ? cache_alloc(n * 2, adv, sh) : malloc(n * 2);
+            v[w][c] = own ? cache_alloc(n * 2, adv, sh) : malloc(n * 2);
             if (!k[w][c] || !v[w][c]) return fprintf(stderr, "out of memory\n"), 1;
             for (size_t i = 0; i < n; i++) { /* values in [1, 2) for K, [0.5, 1) for V */
                 k[w][c][i] = (uint16_t)(bf16 ? 0x3f80 | (rand() & 0x7f) : 0x3c00 | (rand() & 0x3ff));
@@ -168,19 +176,19 @@ int main(int argc, char **argv) {
             }
         }
     }
-    if (!hp) k[1] = k[0], v[1] = v[0];
+    if (!own) k[1] = k[0], v[1] = v[0];
     for (size_t i = 0; i < (size_t)H * D; i++) q[i] = (float)(rand() % 1000) / 1000.f;
     if (qd != FDEC_F32) /* the same kind of values in q's 16-bit type: [0.5, 1) */
         for (size_t i = 0; i < (size_t)H * D; i++)
             ((uint16_t *)q)[i] = (uint16_t)(qd == FDEC_BF16 ? 0x3f00 | (rand() & 0x7f) : 0x3800 | (rand() & 0x3ff));
     double *t[2] = {malloc(sizeof(double) * pairs), malloc(sizeof(double) * pairs)};
     double *r = malloc(sizeof(double) * pairs);
-    int c = 0, cw[2] = {0, 0}; /* with AB_HUGEPAGES each build rotates over its own copies */
+    int c = 0, cw[2] = {0, 0}; /* with AB_HUGEPAGES or AB_SHIFT each build rotates over its own copies */
     for (int i = -2; i < pairs; i++) { /* two pairs of warm-up */
         for (int s = 0; s < 2; s++) {
             const int w = (i & 1) ? 1 - s : s; /* A B, then B A */
             const double t0 = now();
-            const int cc = hp ? cw[w] : c;
+            const int cc = own ? cw[w] : c;
             if (b[w].decode(b[w].ctx, &ly, L, q, k[w][cc], v[w][cc], out, NULL))
                 return fprintf(stderr, "decode failed\n"), 1;
             const double dt = now() - t0;
@@ -193,6 +201,7 @@ int main(int argc, char **argv) {
     printf("D%u H%u G%u L%u threads %u, %d pairs over %d copies: A %.1f us (%.2f GB/s), B %.1f us (%.2f GB/s), "
            "B/A %.3f\n",
            D, H, G, L, threads, pairs, ncopy, ta * 1e6, bytes / ta / 1e9, tb * 1e6, bytes / tb / 1e9, ra);
+    if (own && !hp) printf("  AB_SHIFT: A's copies 2 MiB-aligned, B's %zu bytes past\n", shift);
     if (hp) printf("  AB_HUGEPAGES: B's copies in huge pages; the process holds %ld MiB of them\n", anon_huge_kb() >> 10);
     return 0;
 }

@@ -1,0 +1,66 @@
+/* cvt_cost.c — what an f16 -> f32 conversion (`vcvtph2ps` zmm from memory) costs beside 16 independent zmm FMAs on
+ * this CPU (bench/NOTES.md, CPU log row 77): each variant is one asm block of 16 FMAs with N conversions, or with
+ * N/2 "integer" conversions of 32 f16 values each (a 64-byte load, two word unpacks against zero, two shifts and two
+ * ternary logic ops: the f32 bits of the value times 2^-112, lanes permuted), or with conversions and adds. Prints ns
+ * per block, two rounds.
+ *
+ *   cc -O2 -mavx512f -mavx512bw bench/micro/cvt_cost.c -o /tmp/cvt_cost && /tmp/cvt_cost
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+static uint16_t hb[1024] __attribute__((aligned(64)));
+#define F(a, r) "vfmadd231ps %%zmm" #a ",%%zmm1,%%zmm" #r "\n"
+#define F16                                                                                                     \
+    F(2, 8) F(3, 9) F(4, 10) F(5, 11) F(2, 12) F(3, 13) F(4, 14) F(5, 15) F(2, 16) F(3, 17) F(4, 18) F(5, 19)   \
+    F(2, 20) F(3, 21) F(4, 22) F(5, 23)
+#define C(o, r) "vcvtph2ps " #o "(%0),%%zmm" #r "\n"
+#define CVT2 C(0, 2) C(32, 3)
+#define CVT4 C(0, 2) C(32, 3) C(64, 4) C(96, 5)
+#define CVT8 CVT4 C(128, 24) C(160, 25) C(192, 26) C(224, 27)
+#define CVT12 CVT8 C(256, 28) C(288, 29) C(320, 30) C(352, 31)
+#define CVT16 CVT12 C(384, 24) C(416, 25) C(448, 26) C(480, 27)
+/* the integer form: 32 f16 values (one 64-byte load) -> 2 vectors of f32 bits, the value times 2^-112 */
+#define I1(o, ra, rb)                                                                                           \
+    "vmovdqu16 " #o "(%0),%%zmm6\n vpunpcklwd %%zmm6,%%zmm0,%%zmm7\n vpunpckhwd %%zmm6,%%zmm0,%%zmm6\n"          \
+    "vpsrld $3,%%zmm7,%%zmm" #ra "\n vpsrld $3,%%zmm6,%%zmm" #rb "\n"                                            \
+    "vpternlogd $0xe4,%%zmm7,%%zmm31,%%zmm" #ra "\n vpternlogd $0xe4,%%zmm6,%%zmm31,%%zmm" #rb "\n"
+#define I2 I1(0, 2, 3)
+#define I4 I1(0, 2, 3) I1(64, 4, 5)
+#define I8 I4 I1(128, 24, 25) I1(192, 26, 27)
+#define A4                                                                                                      \
+    "vaddps %%zmm26,%%zmm27,%%zmm26\n vaddps %%zmm28,%%zmm29,%%zmm28\n vaddps %%zmm30,%%zmm25,%%zmm30\n"          \
+    "vaddps %%zmm24,%%zmm7,%%zmm6\n"
+#define RUN(s) asm volatile(s ::"r"(hb) : "memory")
+int main(void) {
+    const long N = 20000000;
+    const char *names[] = {"16 FMA",     "+2 cvt",     "+4 cvt",     "+8 cvt",        "+12 cvt",      "+16 cvt",
+                           "+2 int-cvt", "+4 int-cvt", "+8 int-cvt", "+8 cvt +4 add", "+4 cvt +4 add"};
+    for (int rep = 0; rep < 2; rep++)
+        for (int v = 0; v < 11; v++) {
+            double t = now();
+            for (long i = 0; i < N; i++) {
+                switch (v) {
+                case 0: RUN(F16); break;
+                case 1: RUN(CVT2 F16); break;
+                case 2: RUN(CVT4 F16); break;
+                case 3: RUN(CVT8 F16); break;
+                case 4: RUN(CVT12 F16); break;
+                case 5: RUN(CVT16 F16); break;
+                case 6: RUN(I2 F16); break;
+                case 7: RUN(I4 F16); break;
+                case 8: RUN(I8 F16); break;
+                case 9: RUN(CVT8 F16 A4); break;
+                case 10: RUN(CVT4 F16 A4); break;
+                }
+            }
+            t = now() - t;
+            printf("%-20s %.2f ns\n", names[v], t / N * 1e9);
+        }
+    return 0;
+}

@@ -22,8 +22,8 @@
  *      end, as A has
  *   W  (row 77) U with the block's K converted to f32 once (64 KiB) and every tile loading it
  * Prints the largest error of each against float64 and us a block, medians of 15 rounds. Argument: bytes of K
- * cycled through (1 MiB: L2). Timing-only flags: -DT_ONECV (T with one conversion a K vector: wrong on purpose),
- * -DU_NOM6 (U without M6), -DU_ALL13 (U's three pair tiles all as {M2, M4}).
+ * cycled through (1 MiB: L2). Timing-only flags, wrong on purpose: -DT_ONECV (T's tiles, and M6's in U, V and W, with
+ * one conversion a K side), -DU_NOM6 (U and W without M6), -DU_ALL13 (U's and W's pair tiles all as {M2, M4}).
  *
  *   gcc -O3 -march=native -Iinclude bench/micro/qk_strassen.c -lm -o /tmp/qk_strassen && /tmp/qk_strassen 1048576
  */
@@ -119,11 +119,10 @@ __attribute__((noinline)) static void qk_strassen(const char *k, const float *qc
     }
 }
 
-/* T: the 7 products one at a time, each as a tile of kern.h's shape (4 head rows x 4 position pairs, 16 accumulators,
- * the 4 q combinations of a step loaded once and used for all 4 positions); each product's K side (1 or 2 converted
- * K vectors and an add) built per position and step; each tile's 16 sums reduced by vreduce_vec into r[c][jg] (lane
- * 4 i + jj: product c, head row i, position pair 4 jg + jj), and the four C blocks added from them at the end.
- * q's combinations qt[((c * 16 + s) * 4 + i) * 16]. out[h * 32 + p]. */
+/* Forms T, U, V, W (row 77). q's combinations product-major: qt[((c * 16 + s) * 4 + i) * 16]. Their K side comes from
+ * kb, the block's f16 rows (f32 = 0: S bytes a row, as for A and S) or W's f32 copy (f32 = 1: 512 floats a row). At
+ * step s, position pair j: e1 = B11 (row j, dimension vector 2 s), o1 = B21 (row j, 2 s + 1), e2 = B12 (row j + 16,
+ * 2 s), o2 = B22 (row j + 16, 2 s + 1). m[(c * 4 + i) * 16 + j]: product c's sum for head row i, position pair j. */
 static void q_combos_t(const float *qc, float *qt) {
     for (int s = 0; s < 16; s++)
         for (int c = 0; c < 7; c++)
@@ -131,157 +130,65 @@ static void q_combos_t(const float *qc, float *qt) {
                 memcpy(qt + ((c * 16 + s) * 4 + i) * 16, qc + ((s * 7 + c) * 4 + i) * 16, 64);
 }
 
-static inline __attribute__((always_inline)) __m512 kside(const char *r1, const char *r2, int c) {
-#ifdef T_ONECV
-    (void)r2, (void)c;
-    return CV(r1);
-#endif
+#define AI static inline __attribute__((always_inline))
+AI __m512 ld(const void *kb, int f32, int row, int vec) {
+    if (f32) return _mm512_load_ps((const float *)kb + row * 512 + vec * 16);
+    return CV((const char *)kb + (size_t)row * S + vec * 32);
+}
+/* which of e1, o1, e2, o2 (bits 0-3) product c's K side needs, and the side itself */
+AI int raws_of(int c) { return (int[]){1 | 8, 1, 4 | 8, 1 | 2, 8, 1 | 4, 2 | 8}[c]; }
+AI __m512 kcomb(__m512 e1, __m512 o1, __m512 e2, __m512 o2, int c) {
     switch (c) {
-    case 0: return _mm512_add_ps(CV(r1), CV(r2 + 32));      /* B11 + B22 */
-    case 1: return CV(r1);                                  /* B11 */
-    case 2: return _mm512_sub_ps(CV(r2), CV(r2 + 32));      /* B12 - B22 */
-    case 3: return _mm512_sub_ps(CV(r1 + 32), CV(r1));      /* B21 - B11 */
-    case 4: return CV(r2 + 32);                             /* B22 */
-    case 5: return _mm512_add_ps(CV(r1), CV(r2));           /* B11 + B12 */
-    default: return _mm512_add_ps(CV(r1 + 32), CV(r2 + 32)); /* B21 + B22 */
+    case 0: return _mm512_add_ps(e1, o2); /* B11 + B22 */
+    case 1: return e1;                    /* B11 */
+    case 2: return _mm512_sub_ps(e2, o2); /* B12 - B22 */
+    case 3: return _mm512_sub_ps(o1, e1); /* B21 - B11 */
+    case 4: return o2;                    /* B22 */
+    case 5: return _mm512_add_ps(e1, e2); /* B11 + B12 */
+    default: return _mm512_add_ps(o1, o2); /* B21 + B22 */
     }
 }
+/* the raws that `raws` names, converted (or loaded) at step s for position pair j */
+AI __m512 kside(const void *kb, int f32, int raws, int c, int j, int s) {
+    const __m512 z = _mm512_setzero_ps();
+#ifdef T_ONECV /* timing only: one conversion a K side, wrong on purpose */
+    (void)raws, (void)c;
+    return ld(kb, f32, j, 2 * s);
+#endif
+    return kcomb(raws & 1 ? ld(kb, f32, j, 2 * s) : z, raws & 2 ? ld(kb, f32, j, 2 * s + 1) : z,
+                 raws & 4 ? ld(kb, f32, j + 16, 2 * s) : z, raws & 8 ? ld(kb, f32, j + 16, 2 * s + 1) : z, c);
+}
 
-static inline __attribute__((always_inline)) __m512 qk_tile_t(const char *k, const float *qt, int c, int jg) {
-    __m512 acc[16];
+/* T's tile: product c, head rows 0-3, position pairs 4 jg .. 4 jg + 3; acc[i * 4 + jj] */
+AI void t_acc(const void *kb, int f32, const float *qt, int c, int jg, __m512 *acc) {
     for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
     const float *a = qt + c * 16 * 4 * 16;
-    const char *r = k + (size_t)(4 * jg) * S;
-    for (int s = 0; s < 16; s++, a += 64, r += 64) {
+    for (int s = 0; s < 16; s++, a += 64) {
         __m512 qv[4];
         for (int i = 0; i < 4; i++) {
             qv[i] = _mm512_load_ps(a + i * 16);
             __asm__("" : "+v"(qv[i]));
         }
         for (int jj = 0; jj < 4; jj++) {
-            const __m512 b = kside(r + (size_t)jj * S, r + (size_t)(jj + 16) * S, c);
+            const __m512 b = kside(kb, f32, raws_of(c), c, 4 * jg + jj, s);
             for (int i = 0; i < 4; i++) acc[i * 4 + jj] = _mm512_fmadd_ps(qv[i], b, acc[i * 4 + jj]);
         }
     }
-    return vreduce_vec(acc);
 }
-
-static inline void store4(float *out, __m512 v) { /* lanes 4 i + jj -> out[i * 32 + jj] */
-    _mm_storeu_ps(out, _mm512_castps512_ps128(v));
-    _mm_storeu_ps(out + 32, _mm512_extractf32x4_ps(v, 1));
-    _mm_storeu_ps(out + 64, _mm512_extractf32x4_ps(v, 2));
-    _mm_storeu_ps(out + 96, _mm512_extractf32x4_ps(v, 3));
-}
-
-__attribute__((noinline)) static void qk_strassen_t(const char *k, const float *qt, float *out) {
-    for (int jg = 0; jg < 4; jg++) {
-        const __m512 r0 = qk_tile_t(k, qt, 0, jg), r1 = qk_tile_t(k, qt, 1, jg), r2 = qk_tile_t(k, qt, 2, jg),
-                     r3 = qk_tile_t(k, qt, 3, jg), r4 = qk_tile_t(k, qt, 4, jg), r5 = qk_tile_t(k, qt, 5, jg),
-                     r6 = qk_tile_t(k, qt, 6, jg);
-        store4(out + 4 * jg, _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(r0, r3), r4), r6));            /* C11 */
-        store4(out + 16 + 4 * jg, _mm512_add_ps(r2, r4));                                             /* C12 */
-        store4(out + 128 + 4 * jg, _mm512_add_ps(r1, r3));                                            /* C21 */
-        store4(out + 128 + 16 + 4 * jg, _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(r0, r1), r2), r5)); /* C22 */
-    }
-}
-
-/* U: the products in four groups that share their converted K vectors, so that no tile converts more than 3 K vectors
- * for 16 FMAs: {M2, M4} (B11, B21), {M5, M7} (B22, B21), {M1, M3} (B11, B22, B12), each a tile of 2 products x 4 head
- * rows x 2 position pairs (16 accumulators, the 8 q combinations of a step pinned), and M6 (B11, B12) as T's tile of
- * 4 head rows x 4 position pairs. Each tile's sums reduced by vreduce_vec and stored to m[c][i][j] (product c, head
- * row i, position pair j), from which the four C blocks are added at the end. */
-static inline __attribute__((always_inline)) __m512 kcomb(__m512 e1, __m512 o1, __m512 e2, __m512 o2, int c) {
-    switch (c) {
-    case 0: return _mm512_add_ps(e1, o2);
-    case 1: return e1;
-    case 2: return _mm512_sub_ps(e2, o2);
-    case 3: return _mm512_sub_ps(o1, e1);
-    case 4: return o2;
-    case 5: return _mm512_add_ps(e1, e2);
-    default: return _mm512_add_ps(o1, o2);
-    }
-}
-
-/* products c1, c2; position pairs j, j + 1; raws needed: bit 0 e1, 1 o1, 2 e2, 3 o2 */
-static inline __attribute__((always_inline)) void qk_tile_u2(const char *k, const float *qt, int c1, int c2, int raws,
-                                                             int j, float *m) {
-    __m512 acc[16];
-    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-    const float *a1 = qt + c1 * 16 * 4 * 16, *a2 = qt + c2 * 16 * 4 * 16;
-    const char *r = k + (size_t)j * S;
-    for (int s = 0; s < 16; s++, a1 += 64, a2 += 64, r += 64) {
-        __m512 qv[8];
-        for (int i = 0; i < 4; i++) {
-            qv[i] = _mm512_load_ps(a1 + i * 16);
-            qv[4 + i] = _mm512_load_ps(a2 + i * 16);
-            __asm__("" : "+v"(qv[i]), "+v"(qv[4 + i]));
-        }
-        for (int p = 0; p < 2; p++) {
-            const char *r1 = r + (size_t)p * S, *r2 = r1 + 16 * S;
-            const __m512 z = _mm512_setzero_ps();
-            const __m512 e1 = raws & 1 ? CV(r1) : z, o1 = raws & 2 ? CV(r1 + 32) : z, e2 = raws & 4 ? CV(r2) : z,
-                         o2 = raws & 8 ? CV(r2 + 32) : z;
-            const __m512 b1 = kcomb(e1, o1, e2, o2, c1), b2 = kcomb(e1, o1, e2, o2, c2);
-            for (int i = 0; i < 4; i++) {
-                acc[i * 2 + p] = _mm512_fmadd_ps(qv[i], b1, acc[i * 2 + p]);
-                acc[8 + i * 2 + p] = _mm512_fmadd_ps(qv[4 + i], b2, acc[8 + i * 2 + p]);
-            }
-        }
-    }
-    /* lane g * 8 + i * 2 + p: 128-bit lane l holds (g, i) = (l / 2, 2 (l % 2)) and (l / 2, 2 (l % 2) + 1) */
+AI void store_t(float *m, int c, int jg, const __m512 *acc) { /* reduced: lane 4 i + jj */
     const __m512 v = vreduce_vec(acc);
-    const __m128 l0 = _mm512_castps512_ps128(v), l1 = _mm512_extractf32x4_ps(v, 1), l2 = _mm512_extractf32x4_ps(v, 2),
-                 l3 = _mm512_extractf32x4_ps(v, 3);
-    _mm_storel_pi((__m64 *)(m + (c1 * 4 + 0) * 16 + j), l0), _mm_storeh_pi((__m64 *)(m + (c1 * 4 + 1) * 16 + j), l0);
-    _mm_storel_pi((__m64 *)(m + (c1 * 4 + 2) * 16 + j), l1), _mm_storeh_pi((__m64 *)(m + (c1 * 4 + 3) * 16 + j), l1);
-    _mm_storel_pi((__m64 *)(m + (c2 * 4 + 0) * 16 + j), l2), _mm_storeh_pi((__m64 *)(m + (c2 * 4 + 1) * 16 + j), l2);
-    _mm_storel_pi((__m64 *)(m + (c2 * 4 + 2) * 16 + j), l3), _mm_storeh_pi((__m64 *)(m + (c2 * 4 + 3) * 16 + j), l3);
+    float *o = m + c * 4 * 16 + 4 * jg;
+    _mm_storeu_ps(o, _mm512_castps512_ps128(v)), _mm_storeu_ps(o + 16, _mm512_extractf32x4_ps(v, 1));
+    _mm_storeu_ps(o + 32, _mm512_extractf32x4_ps(v, 2)), _mm_storeu_ps(o + 48, _mm512_extractf32x4_ps(v, 3));
 }
 
-__attribute__((noinline)) static void qk_strassen_u(const char *k, const float *qt, float *out, float *m) {
-    for (int j = 0; j < 16; j += 2) {
-        qk_tile_u2(k, qt, 1, 3, 1 | 2, j, m); /* M2, M4: B11, B21 */
-#ifdef U_ALL13 /* timing only: every pair group as the first */
-        qk_tile_u2(k, qt, 1, 3, 1 | 2, j, m);
-        qk_tile_u2(k, qt, 1, 3, 1 | 2, j, m);
-#else
-        qk_tile_u2(k, qt, 4, 6, 2 | 8, j, m); /* M5, M7: B21, B22 */
-        qk_tile_u2(k, qt, 0, 2, 1 | 4 | 8, j, m); /* M1, M3 */
-#endif
-    }
-#ifndef U_NOM6
-    for (int jg = 0; jg < 4; jg++) { /* M6 */
-        const __m512 v = qk_tile_t(k, qt, 5, jg); /* lane 4 i + jj */
-        float *m6 = m + 5 * 4 * 16 + 4 * jg;
-        _mm_storeu_ps(m6, _mm512_castps512_ps128(v)), _mm_storeu_ps(m6 + 16, _mm512_extractf32x4_ps(v, 1));
-        _mm_storeu_ps(m6 + 32, _mm512_extractf32x4_ps(v, 2)), _mm_storeu_ps(m6 + 48, _mm512_extractf32x4_ps(v, 3));
-    }
-#endif
-    for (int i = 0; i < 4; i++) {
-        const __m512 m1 = _mm512_loadu_ps(m + (0 * 4 + i) * 16), m2 = _mm512_loadu_ps(m + (1 * 4 + i) * 16),
-                     m3 = _mm512_loadu_ps(m + (2 * 4 + i) * 16), m4 = _mm512_loadu_ps(m + (3 * 4 + i) * 16),
-                     m5 = _mm512_loadu_ps(m + (4 * 4 + i) * 16), m6 = _mm512_loadu_ps(m + (5 * 4 + i) * 16),
-                     m7 = _mm512_loadu_ps(m + (6 * 4 + i) * 16);
-        _mm512_storeu_ps(out + i * 32, _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(m1, m4), m5), m7));
-        _mm512_storeu_ps(out + i * 32 + 16, _mm512_add_ps(m3, m5));
-        _mm512_storeu_ps(out + (4 + i) * 32, _mm512_add_ps(m2, m4));
-        _mm512_storeu_ps(out + (4 + i) * 32 + 16, _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(m1, m2), m3), m6));
-    }
-}
-
-/* V: U's groups, but each tile's 16 sums go unreduced into the C blocks' vectors in memory (c[h][p], 8 heads x 32
- * positions of 16 lanes, 16 KiB), stored by the first product that reaches a block and added to by the rest, and the
- * 256 vectors reduced at the end as kern.h's tile reduces its registers: 16 reductions a block, as A, not U's 28. */
-#define VST(h, p, x) _mm512_store_ps(cv + ((h) * 32 + (p)) * 16, (x))
-#define VADD(h, p, x)                                                                                                  \
-    _mm512_store_ps(cv + ((h) * 32 + (p)) * 16, _mm512_add_ps(_mm512_load_ps(cv + ((h) * 32 + (p)) * 16), (x)))
-static inline __attribute__((always_inline)) void qk_tile_v2(const char *k, const float *qt, int c1, int c2, int raws,
-                                                             int j, float *cv) {
-    __m512 acc[16];
+/* U's tile: products c1 (g = 0) and c2 (g = 1) sharing their K conversions, head rows 0-3, position pairs j, j + 1;
+ * acc[g * 8 + i * 2 + p] */
+AI void pair_acc(const void *kb, int f32, const float *qt, int c1, int c2, int j, __m512 *acc) {
+    const int raws = raws_of(c1) | raws_of(c2);
     for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
     const float *a1 = qt + c1 * 16 * 4 * 16, *a2 = qt + c2 * 16 * 4 * 16;
-    const char *r = k + (size_t)j * S;
-    for (int s = 0; s < 16; s++, a1 += 64, a2 += 64, r += 64) {
+    for (int s = 0; s < 16; s++, a1 += 64, a2 += 64) {
         __m512 qv[8];
         for (int i = 0; i < 4; i++) {
             qv[i] = _mm512_load_ps(a1 + i * 16);
@@ -289,10 +196,11 @@ static inline __attribute__((always_inline)) void qk_tile_v2(const char *k, cons
             __asm__("" : "+v"(qv[i]), "+v"(qv[4 + i]));
         }
         for (int p = 0; p < 2; p++) {
-            const char *r1 = r + (size_t)p * S, *r2 = r1 + 16 * S;
             const __m512 z = _mm512_setzero_ps();
-            const __m512 e1 = raws & 1 ? CV(r1) : z, o1 = raws & 2 ? CV(r1 + 32) : z, e2 = raws & 4 ? CV(r2) : z,
-                         o2 = raws & 8 ? CV(r2 + 32) : z;
+            const __m512 e1 = raws & 1 ? ld(kb, f32, j + p, 2 * s) : z;
+            const __m512 o1 = raws & 2 ? ld(kb, f32, j + p, 2 * s + 1) : z;
+            const __m512 e2 = raws & 4 ? ld(kb, f32, j + p + 16, 2 * s) : z;
+            const __m512 o2 = raws & 8 ? ld(kb, f32, j + p + 16, 2 * s + 1) : z;
             const __m512 b1 = kcomb(e1, o1, e2, o2, c1), b2 = kcomb(e1, o1, e2, o2, c2);
             for (int i = 0; i < 4; i++) {
                 acc[i * 2 + p] = _mm512_fmadd_ps(qv[i], b1, acc[i * 2 + p]);
@@ -300,133 +208,110 @@ static inline __attribute__((always_inline)) void qk_tile_v2(const char *k, cons
             }
         }
     }
-    for (int i = 0; i < 4; i++)
-        for (int p = 0; p < 2; p++) {
-            const __m512 x = acc[i * 2 + p], y = acc[8 + i * 2 + p];
-            const int q = j + p;
-            if (c1 == 1) { /* M2, M4: C21 = M2 + M4, C22 = -M2, C11 = M4 */
-                VST(4 + i, q, _mm512_add_ps(x, y));
-                VST(4 + i, 16 + q, _mm512_sub_ps(_mm512_setzero_ps(), x));
-                VST(i, q, y);
-            } else if (c1 == 4) { /* M5, M7: C11 += M7 - M5, C12 = M5 */
-                VADD(i, q, _mm512_sub_ps(y, x));
-                VST(i, 16 + q, x);
-            } else { /* M1, M3: C11 += M1, C22 += M1 + M3, C12 += M3 */
-                VADD(i, q, x);
-                VADD(4 + i, 16 + q, _mm512_add_ps(x, y));
-                VADD(i, 16 + q, y);
-            }
-        }
+}
+AI void store_pair(float *m, int c1, int c2, int j, const __m512 *acc) {
+    /* reduced: 128-bit lane l holds (g, i) = (l / 2, 2 (l % 2)) and (l / 2, 2 (l % 2) + 1), positions j, j + 1 */
+    const __m512 v = vreduce_vec(acc);
+    const __m128 l[4] = {_mm512_castps512_ps128(v), _mm512_extractf32x4_ps(v, 1), _mm512_extractf32x4_ps(v, 2),
+                         _mm512_extractf32x4_ps(v, 3)};
+    for (int q = 0; q < 4; q++) {
+        float *o = m + ((q < 2 ? c1 : c2) * 4 + 2 * (q % 2)) * 16 + j;
+        _mm_storel_pi((__m64 *)o, l[q]), _mm_storeh_pi((__m64 *)(o + 16), l[q]);
+    }
 }
 
-__attribute__((noinline)) static void qk_strassen_v(const char *k, const float *qt, float *out, float *cv) {
-    for (int j = 0; j < 16; j += 2) {
-        qk_tile_v2(k, qt, 1, 3, 1 | 2, j, cv);
-        qk_tile_v2(k, qt, 4, 6, 2 | 8, j, cv);
-        qk_tile_v2(k, qt, 0, 2, 1 | 4 | 8, j, cv);
+/* C from the products: out[h * 32 + p] */
+static void combine(const float *m, float *out) {
+    for (int i = 0; i < 4; i++) {
+        __m512 r[7];
+        for (int c = 0; c < 7; c++) r[c] = _mm512_loadu_ps(m + (c * 4 + i) * 16);
+        _mm512_storeu_ps(out + i * 32, _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(r[0], r[3]), r[4]), r[6])); /* C11 */
+        _mm512_storeu_ps(out + i * 32 + 16, _mm512_add_ps(r[2], r[4]));                                     /* C12 */
+        _mm512_storeu_ps(out + (4 + i) * 32, _mm512_add_ps(r[1], r[3]));                                    /* C21 */
+        _mm512_storeu_ps(out + (4 + i) * 32 + 16,
+                         _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(r[0], r[1]), r[2]), r[5])); /* C22 */
     }
-    for (int jg = 0; jg < 4; jg++) { /* M6: C22 += M6, T's tile unreduced */
-        __m512 acc[16];
-        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        const float *a = qt + 5 * 16 * 4 * 16;
-        const char *r = k + (size_t)(4 * jg) * S;
-        for (int s = 0; s < 16; s++, a += 64, r += 64) {
-            __m512 qv[4];
-            for (int i = 0; i < 4; i++) {
-                qv[i] = _mm512_load_ps(a + i * 16);
-                __asm__("" : "+v"(qv[i]));
-            }
-            for (int jj = 0; jj < 4; jj++) {
-                const __m512 b = kside(r + (size_t)jj * S, r + (size_t)(jj + 16) * S, 5);
-                for (int i = 0; i < 4; i++) acc[i * 4 + jj] = _mm512_fmadd_ps(qv[i], b, acc[i * 4 + jj]);
-            }
+}
+
+/* T: the 7 products one at a time, each as a tile of kern.h's shape (4 head rows x 4 position pairs, 16 accumulators,
+ * the 4 q combinations of a step pinned), each product's K side converted afresh */
+__attribute__((noinline)) static void qk_strassen_t(const char *k, const float *qt, float *out, float *m) {
+    __m512 acc[16];
+    for (int jg = 0; jg < 4; jg++)
+        for (int c = 0; c < 7; c++) t_acc(k, 0, qt, c, jg, acc), store_t(m, c, jg, acc);
+    combine(m, out);
+}
+
+/* U (W with f32 = 1): the products in groups that share their converted K vectors, so that no tile converts more than
+ * 3 K vectors for 16 FMAs: {M2, M4} (B11, B21), {M5, M7} (B21, B22), {M1, M3} (B11, B12, B22) as pair tiles, M6 (B11,
+ * B12) as T's tile; each tile reduced, the C blocks added at the end */
+AI void strassen_groups(const void *kb, int f32, const float *qt, float *out, float *m) {
+    __m512 acc[16];
+    for (int j = 0; j < 16; j += 2) {
+#ifdef U_ALL13 /* timing only: every pair tile as {M2, M4} */
+        for (int g = 0; g < 3; g++) pair_acc(kb, f32, qt, 1, 3, j, acc), store_pair(m, 1, 3, j, acc);
+#else
+        pair_acc(kb, f32, qt, 1, 3, j, acc), store_pair(m, 1, 3, j, acc);
+        pair_acc(kb, f32, qt, 4, 6, j, acc), store_pair(m, 4, 6, j, acc);
+        pair_acc(kb, f32, qt, 0, 2, j, acc), store_pair(m, 0, 2, j, acc);
+#endif
+    }
+#ifndef U_NOM6 /* timing only: without M6 */
+    for (int jg = 0; jg < 4; jg++) t_acc(kb, f32, qt, 5, jg, acc), store_t(m, 5, jg, acc);
+#endif
+    combine(m, out);
+}
+__attribute__((noinline)) static void qk_strassen_u(const char *k, const float *qt, float *out, float *m) {
+    strassen_groups(k, 0, qt, out, m);
+}
+
+/* W: U with the block's K converted to f32 once (kf, 32 rows x 512, 64 KiB) and every tile loading it */
+__attribute__((noinline)) static void qk_strassen_w(const char *k, const float *qt, float *out, float *m, float *kf) {
+    for (int j = 0; j < 32; j++)
+        for (int d = 0; d < 512; d += 16) _mm512_store_ps(kf + j * 512 + d, CV(k + (size_t)j * S + d * 2));
+    strassen_groups(kf, 1, qt, out, m);
+}
+
+/* V: U's tiles, but each tile's 16 sums go unreduced into the C blocks' vectors in memory (cv[h][p], 8 heads x 32
+ * positions of 16 lanes, 16 KiB), stored by the first product that reaches a block and added to by the rest, and the
+ * 256 vectors reduced at the end as kern.h's tile reduces its registers: 16 reductions a block, as A, not U's 28.
+ * out[t * 16 + h * 2 + p] as A's. */
+#define VST(h, p, x) _mm512_store_ps(cv + ((h) * 32 + (p)) * 16, (x))
+#define VADD(h, p, x) VST(h, p, _mm512_add_ps(_mm512_load_ps(cv + ((h) * 32 + (p)) * 16), (x)))
+__attribute__((noinline)) static void qk_strassen_v(const char *k, const float *qt, float *out, float *cv) {
+    __m512 acc[16];
+    for (int j = 0; j < 16; j += 2)
+        for (int g = 0; g < 3; g++) {
+            static const int c1s[3] = {1, 4, 0}, c2s[3] = {3, 6, 2};
+            pair_acc(k, 0, qt, c1s[g], c2s[g], j, acc);
+            for (int i = 0; i < 4; i++)
+                for (int p = 0; p < 2; p++) {
+                    const __m512 x = acc[i * 2 + p], y = acc[8 + i * 2 + p];
+                    const int q = j + p;
+                    if (g == 0) { /* M2, M4: C21 = M2 + M4, C22 = -M2, C11 = M4 */
+                        VST(4 + i, q, _mm512_add_ps(x, y));
+                        VST(4 + i, 16 + q, _mm512_sub_ps(_mm512_setzero_ps(), x));
+                        VST(i, q, y);
+                    } else if (g == 1) { /* M5, M7: C11 += M7 - M5, C12 = M5 */
+                        VADD(i, q, _mm512_sub_ps(y, x));
+                        VST(i, 16 + q, x);
+                    } else { /* M1, M3: C11 += M1, C22 += M1 + M3, C12 += M3 */
+                        VADD(i, q, x);
+                        VADD(4 + i, 16 + q, _mm512_add_ps(x, y));
+                        VADD(i, 16 + q, y);
+                    }
+                }
         }
+    for (int jg = 0; jg < 4; jg++) { /* M6: C22 += M6 */
+        t_acc(k, 0, qt, 5, jg, acc);
         for (int i = 0; i < 4; i++)
             for (int jj = 0; jj < 4; jj++) VADD(4 + i, 16 + 4 * jg + jj, acc[i * 4 + jj]);
     }
-    for (int t = 0; t < 16; t++) { /* as qk_kern: out[t * 16 + h * 2 + p], position 2t + p */
+    for (int t = 0; t < 16; t++) {
         __m512 a[16];
         for (int h = 0; h < 8; h++)
             for (int p = 0; p < 2; p++) a[h * 2 + p] = _mm512_load_ps(cv + (h * 32 + 2 * t + p) * 16);
         _mm512_storeu_ps(out + t * 16, vreduce_vec(a));
-    }
-}
-
-/* W: U with the block's K converted to f32 once (kf, 32 rows x 512, 64 KiB), the tiles loading their K vectors from it
- * (no conversion in any tile), U's reductions and stores. */
-#define FV(p) _mm512_load_ps(p)
-static inline __attribute__((always_inline)) void qk_tile_w2(const float *kf, const float *qt, int c1, int c2, int raws,
-                                                             int j, float *m) {
-    __m512 acc[16];
-    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-    const float *a1 = qt + c1 * 16 * 4 * 16, *a2 = qt + c2 * 16 * 4 * 16;
-    const float *r = kf + (size_t)j * 512;
-    for (int s = 0; s < 16; s++, a1 += 64, a2 += 64, r += 32) {
-        __m512 qv[8];
-        for (int i = 0; i < 4; i++) {
-            qv[i] = _mm512_load_ps(a1 + i * 16);
-            qv[4 + i] = _mm512_load_ps(a2 + i * 16);
-            __asm__("" : "+v"(qv[i]), "+v"(qv[4 + i]));
-        }
-        for (int p = 0; p < 2; p++) {
-            const float *r1 = r + p * 512, *r2 = r1 + 16 * 512;
-            const __m512 z = _mm512_setzero_ps();
-            const __m512 e1 = raws & 1 ? FV(r1) : z, o1 = raws & 2 ? FV(r1 + 16) : z, e2 = raws & 4 ? FV(r2) : z,
-                         o2 = raws & 8 ? FV(r2 + 16) : z;
-            const __m512 b1 = kcomb(e1, o1, e2, o2, c1), b2 = kcomb(e1, o1, e2, o2, c2);
-            for (int i = 0; i < 4; i++) {
-                acc[i * 2 + p] = _mm512_fmadd_ps(qv[i], b1, acc[i * 2 + p]);
-                acc[8 + i * 2 + p] = _mm512_fmadd_ps(qv[4 + i], b2, acc[8 + i * 2 + p]);
-            }
-        }
-    }
-    const __m512 v = vreduce_vec(acc);
-    const __m128 l0 = _mm512_castps512_ps128(v), l1 = _mm512_extractf32x4_ps(v, 1), l2 = _mm512_extractf32x4_ps(v, 2),
-                 l3 = _mm512_extractf32x4_ps(v, 3);
-    _mm_storel_pi((__m64 *)(m + (c1 * 4 + 0) * 16 + j), l0), _mm_storeh_pi((__m64 *)(m + (c1 * 4 + 1) * 16 + j), l0);
-    _mm_storel_pi((__m64 *)(m + (c1 * 4 + 2) * 16 + j), l1), _mm_storeh_pi((__m64 *)(m + (c1 * 4 + 3) * 16 + j), l1);
-    _mm_storel_pi((__m64 *)(m + (c2 * 4 + 0) * 16 + j), l2), _mm_storeh_pi((__m64 *)(m + (c2 * 4 + 1) * 16 + j), l2);
-    _mm_storel_pi((__m64 *)(m + (c2 * 4 + 2) * 16 + j), l3), _mm_storeh_pi((__m64 *)(m + (c2 * 4 + 3) * 16 + j), l3);
-}
-
-__attribute__((noinline)) static void qk_strassen_w(const char *k, const float *qt, float *out, float *m, float *kf) {
-    for (int j = 0; j < 32; j++)
-        for (int d = 0; d < 512; d += 16) _mm512_store_ps(kf + j * 512 + d, CV(k + (size_t)j * S + d * 2));
-    for (int j = 0; j < 16; j += 2) {
-        qk_tile_w2(kf, qt, 1, 3, 1 | 2, j, m);
-        qk_tile_w2(kf, qt, 4, 6, 2 | 8, j, m);
-        qk_tile_w2(kf, qt, 0, 2, 1 | 4 | 8, j, m);
-    }
-    for (int jg = 0; jg < 4; jg++) { /* M6 */
-        __m512 acc[16];
-        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        const float *a = qt + 5 * 16 * 4 * 16;
-        const float *r = kf + (size_t)(4 * jg) * 512;
-        for (int s = 0; s < 16; s++, a += 64, r += 32) {
-            __m512 qv[4];
-            for (int i = 0; i < 4; i++) {
-                qv[i] = _mm512_load_ps(a + i * 16);
-                __asm__("" : "+v"(qv[i]));
-            }
-            for (int jj = 0; jj < 4; jj++) {
-                const __m512 b = _mm512_add_ps(FV(r + jj * 512), FV(r + (jj + 16) * 512));
-                for (int i = 0; i < 4; i++) acc[i * 4 + jj] = _mm512_fmadd_ps(qv[i], b, acc[i * 4 + jj]);
-            }
-        }
-        const __m512 v = vreduce_vec(acc);
-        float *m6 = m + 5 * 4 * 16 + 4 * jg;
-        _mm_storeu_ps(m6, _mm512_castps512_ps128(v)), _mm_storeu_ps(m6 + 16, _mm512_extractf32x4_ps(v, 1));
-        _mm_storeu_ps(m6 + 32, _mm512_extractf32x4_ps(v, 2)), _mm_storeu_ps(m6 + 48, _mm512_extractf32x4_ps(v, 3));
-    }
-    for (int i = 0; i < 4; i++) {
-        const __m512 m1 = _mm512_loadu_ps(m + (0 * 4 + i) * 16), m2 = _mm512_loadu_ps(m + (1 * 4 + i) * 16),
-                     m3 = _mm512_loadu_ps(m + (2 * 4 + i) * 16), m4 = _mm512_loadu_ps(m + (3 * 4 + i) * 16),
-                     m5 = _mm512_loadu_ps(m + (4 * 4 + i) * 16), m6 = _mm512_loadu_ps(m + (5 * 4 + i) * 16),
-                     m7 = _mm512_loadu_ps(m + (6 * 4 + i) * 16);
-        _mm512_storeu_ps(out + i * 32, _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(m1, m4), m5), m7));
-        _mm512_storeu_ps(out + i * 32 + 16, _mm512_add_ps(m3, m5));
-        _mm512_storeu_ps(out + (4 + i) * 32, _mm512_add_ps(m2, m4));
-        _mm512_storeu_ps(out + (4 + i) * 32 + 16, _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(m1, m2), m3), m6));
     }
 }
 
@@ -468,7 +353,7 @@ int main(int argc, char **argv) {
     /* errors against float64, block 0 */
     qk_kern(k, q, oa);
     qk_strassen(k, qc, os);
-    qk_strassen_t(k, qt, ot);
+    qk_strassen_t(k, qt, ot, mu);
     qk_strassen_u(k, qt, ou, mu);
     qk_strassen_v(k, qt, ov, cvb);
     qk_strassen_w(k, qt, ow, mu, kf);
@@ -497,7 +382,7 @@ int main(int argc, char **argv) {
                 if (f == 0) qk_fma(kb, q, oa);
                 else if (f == 1) qk_kern(kb, q, oa);
                 else if (f == 2) qk_strassen(kb, qc, os);
-                else if (f == 3) qk_strassen_t(kb, qt, ot);
+                else if (f == 3) qk_strassen_t(kb, qt, ot, mu);
                 else if (f == 4) qk_strassen_u(kb, qt, ou, mu);
                 else if (f == 5) qk_strassen_v(kb, qt, ov, cvb);
                 else qk_strassen_w(kb, qt, ow, mu, kf);

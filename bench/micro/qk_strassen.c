@@ -21,9 +21,13 @@
  *   V  (row 77) U with each tile's sums added unreduced into the C blocks' vectors in memory and 16 reductions at the
  *      end, as A has
  *   W  (row 77) U with the block's K converted to f32 once (64 KiB) and every tile loading it
+ *   Y  (row 77) T in 256-bit vectors (a 256-bit vcvtph2ps is nearly free beside the FMAs where a 512-bit one is not:
+ *      cvt_cost.c)
+ *   Z  (row 77) U in 256-bit vectors
  * Prints the largest error of each against float64 and us a block, medians of 15 rounds. Argument: bytes of K
- * cycled through (1 MiB: L2). Timing-only flags, wrong on purpose: -DT_ONECV (T's tiles, and M6's in U, V and W, with
- * one conversion a K side), -DU_NOM6 (U and W without M6), -DU_ALL13 (U's and W's pair tiles all as {M2, M4}).
+ * cycled through (1 MiB: L2). Timing-only flags, wrong on purpose: -DT_ONECV (T's and Y's tiles, and M6's in U, V
+ * and W, with one conversion a K side), -DU_NOM6 (U and W without M6), -DU_ALL13 (U's and W's pair tiles all as
+ * {M2, M4}).
  *
  *   gcc -O3 -march=native -Iinclude bench/micro/qk_strassen.c -lm -o /tmp/qk_strassen && /tmp/qk_strassen 1048576
  */
@@ -131,6 +135,7 @@ static void q_combos_t(const float *qc, float *qt) {
 }
 
 #define AI static inline __attribute__((always_inline))
+#define ALL7(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
 AI __m512 ld(const void *kb, int f32, int row, int vec) {
     if (f32) return _mm512_load_ps((const float *)kb + row * 512 + vec * 16);
     return CV((const char *)kb + (size_t)row * S + vec * 32);
@@ -237,8 +242,11 @@ static void combine(const float *m, float *out) {
  * the 4 q combinations of a step pinned), each product's K side converted afresh */
 __attribute__((noinline)) static void qk_strassen_t(const char *k, const float *qt, float *out, float *m) {
     __m512 acc[16];
-    for (int jg = 0; jg < 4; jg++)
-        for (int c = 0; c < 7; c++) t_acc(k, 0, qt, c, jg, acc), store_t(m, c, jg, acc);
+    for (int jg = 0; jg < 4; jg++) { /* c a constant in each call, so that kside's switch folds */
+#define T_ONE(c) t_acc(k, 0, qt, c, jg, acc), store_t(m, c, jg, acc);
+        ALL7(T_ONE)
+#undef T_ONE
+    }
     combine(m, out);
 }
 
@@ -272,6 +280,129 @@ __attribute__((noinline)) static void qk_strassen_w(const char *k, const float *
     strassen_groups(kf, 1, qt, out, m);
 }
 
+/* Y: T in 256-bit vectors. A 512-bit vcvtph2ps costs ~1.7 cycles of the FMA pipes beyond ~4 a 16 FMAs, a 256-bit one
+ * almost nothing (cvt_cost.c), and two 256-bit FMAs do the work of one 512-bit FMA on Zen 4. Steps of 8 dimensions,
+ * 16 accumulators of 8 lanes, reduced in 256-bit registers. */
+#define CVY(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+AI __m256 kcomb_y(const char *r1, const char *r2, int c, int off) { /* off: bytes into the step's 64-byte line */
+#ifdef T_ONECV
+    (void)r2, (void)c;
+    return CVY(r1 + off);
+#endif
+    switch (c) {
+    case 0: return _mm256_add_ps(CVY(r1 + off), CVY(r2 + 32 + off));
+    case 1: return CVY(r1 + off);
+    case 2: return _mm256_sub_ps(CVY(r2 + off), CVY(r2 + 32 + off));
+    case 3: return _mm256_sub_ps(CVY(r1 + 32 + off), CVY(r1 + off));
+    case 4: return CVY(r2 + 32 + off);
+    case 5: return _mm256_add_ps(CVY(r1 + off), CVY(r2 + off));
+    default: return _mm256_add_ps(CVY(r1 + 32 + off), CVY(r2 + 32 + off));
+    }
+}
+/* 16 vectors of 8 lanes -> the 16 sums, lane k of the two results = sum of a[k], a[8 + k] */
+AI void reduce16_y(const __m256 *a, __m256 *z) {
+    __m256 w[8], u[4];
+    for (int i = 0; i < 8; i++)
+        w[i] = _mm256_add_ps(_mm256_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm256_add_ps(_mm256_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int i = 0; i < 2; i++)
+        z[i] = _mm256_add_ps(_mm256_permute2f128_ps(u[2 * i], u[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(u[2 * i], u[2 * i + 1], 0x31));
+}
+AI void y_tile(const char *k, const float *qt, float *m, int c, int jg) {
+    __m256 acc[16];
+    for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
+    const float *a = qt + c * 16 * 4 * 16;
+    const char *r = k + (size_t)(4 * jg) * S;
+    for (int s = 0; s < 16; s++, a += 64, r += 64)
+        for (int hh = 0; hh < 2; hh++) {
+            __m256 qv[4];
+            for (int i = 0; i < 4; i++) {
+                qv[i] = _mm256_load_ps(a + i * 16 + hh * 8);
+                __asm__("" : "+v"(qv[i]));
+            }
+            for (int jj = 0; jj < 4; jj++) {
+                const char *r1 = r + (size_t)jj * S;
+                const __m256 b = kcomb_y(r1, r1 + 16 * S, c, hh * 16);
+                for (int i = 0; i < 4; i++) acc[i * 4 + jj] = _mm256_fmadd_ps(qv[i], b, acc[i * 4 + jj]);
+            }
+        }
+    __m256 z[2];
+    reduce16_y(acc, z); /* lane 4 i + jj: z[0] heads 0-1, z[1] heads 2-3 */
+    float *o = m + c * 4 * 16 + 4 * jg;
+    _mm_storeu_ps(o, _mm256_castps256_ps128(z[0])), _mm_storeu_ps(o + 16, _mm256_extractf128_ps(z[0], 1));
+    _mm_storeu_ps(o + 32, _mm256_castps256_ps128(z[1])), _mm_storeu_ps(o + 48, _mm256_extractf128_ps(z[1], 1));
+}
+__attribute__((noinline)) static void qk_strassen_y(const char *k, const float *qt, float *out, float *m) {
+    for (int jg = 0; jg < 4; jg++) {
+#define Y_ONE(c) y_tile(k, qt, m, c, jg);
+        ALL7(Y_ONE)
+#undef Y_ONE
+    }
+    combine(m, out);
+}
+
+/* Z: U in 256-bit vectors: the pair tiles of U (2 products x 4 head rows x 2 position pairs) with Y's conversions and
+ * reduction, M6 as Y's tile */
+AI __m256 kc_y(__m256 e1, __m256 o1, __m256 e2, __m256 o2, int c) {
+    switch (c) {
+    case 0: return _mm256_add_ps(e1, o2);
+    case 1: return e1;
+    case 2: return _mm256_sub_ps(e2, o2);
+    case 3: return _mm256_sub_ps(o1, e1);
+    case 4: return o2;
+    case 5: return _mm256_add_ps(e1, e2);
+    default: return _mm256_add_ps(o1, o2);
+    }
+}
+AI void z_pair(const char *k, const float *qt, float *m, int c1, int c2, int j) {
+    const int raws = raws_of(c1) | raws_of(c2);
+    __m256 acc[16];
+    for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
+    const float *a1 = qt + c1 * 16 * 4 * 16, *a2 = qt + c2 * 16 * 4 * 16;
+    const char *r = k + (size_t)j * S;
+    for (int s = 0; s < 16; s++, a1 += 64, a2 += 64, r += 64)
+        for (int hh = 0; hh < 2; hh++) {
+            __m256 qv[8];
+            for (int i = 0; i < 4; i++) {
+                qv[i] = _mm256_load_ps(a1 + i * 16 + hh * 8);
+                qv[4 + i] = _mm256_load_ps(a2 + i * 16 + hh * 8);
+                __asm__("" : "+v"(qv[i]), "+v"(qv[4 + i]));
+            }
+            for (int p = 0; p < 2; p++) {
+                const char *r1 = r + (size_t)p * S + hh * 16, *r2 = r1 + 16 * S;
+                const __m256 z = _mm256_setzero_ps();
+                const __m256 e1 = raws & 1 ? CVY(r1) : z, o1 = raws & 2 ? CVY(r1 + 32) : z;
+                const __m256 e2 = raws & 4 ? CVY(r2) : z, o2 = raws & 8 ? CVY(r2 + 32) : z;
+                const __m256 b1 = kc_y(e1, o1, e2, o2, c1), b2 = kc_y(e1, o1, e2, o2, c2);
+                for (int i = 0; i < 4; i++) {
+                    acc[i * 2 + p] = _mm256_fmadd_ps(qv[i], b1, acc[i * 2 + p]);
+                    acc[8 + i * 2 + p] = _mm256_fmadd_ps(qv[4 + i], b2, acc[8 + i * 2 + p]);
+                }
+            }
+        }
+    __m256 zz[2];
+    reduce16_y(acc, zz); /* zz[g] lane i * 2 + p: product g's head row i, position pair j + p */
+    for (int g = 0; g < 2; g++) {
+        const __m128 lo = _mm256_castps256_ps128(zz[g]), hi = _mm256_extractf128_ps(zz[g], 1);
+        float *o = m + (g ? c2 : c1) * 4 * 16 + j;
+        _mm_storel_pi((__m64 *)o, lo), _mm_storeh_pi((__m64 *)(o + 16), lo);
+        _mm_storel_pi((__m64 *)(o + 32), hi), _mm_storeh_pi((__m64 *)(o + 48), hi);
+    }
+}
+__attribute__((noinline)) static void qk_strassen_z(const char *k, const float *qt, float *out, float *m) {
+    for (int j = 0; j < 16; j += 2) {
+        z_pair(k, qt, m, 1, 3, j);
+        z_pair(k, qt, m, 4, 6, j);
+        z_pair(k, qt, m, 0, 2, j);
+    }
+    for (int jg = 0; jg < 4; jg++) y_tile(k, qt, m, 5, jg);
+    combine(m, out);
+}
+
 /* V: U's tiles, but each tile's 16 sums go unreduced into the C blocks' vectors in memory (cv[h][p], 8 heads x 32
  * positions of 16 lanes, 16 KiB), stored by the first product that reaches a block and added to by the rest, and the
  * 256 vectors reduced at the end as kern.h's tile reduces its registers: 16 reductions a block, as A, not U's 28.
@@ -282,8 +413,10 @@ __attribute__((noinline)) static void qk_strassen_v(const char *k, const float *
     __m512 acc[16];
     for (int j = 0; j < 16; j += 2)
         for (int g = 0; g < 3; g++) {
-            static const int c1s[3] = {1, 4, 0}, c2s[3] = {3, 6, 2};
-            pair_acc(k, 0, qt, c1s[g], c2s[g], j, acc);
+            /* each call with constant products, so that kcomb's switch folds */
+            if (g == 0) pair_acc(k, 0, qt, 1, 3, j, acc);
+            else if (g == 1) pair_acc(k, 0, qt, 4, 6, j, acc);
+            else pair_acc(k, 0, qt, 0, 2, j, acc);
             for (int i = 0; i < 4; i++)
                 for (int p = 0; p < 2; p++) {
                     const __m512 x = acc[i * 2 + p], y = acc[8 + i * 2 + p];
@@ -333,17 +466,54 @@ static int cmpd(const void *a, const void *b) {
 
 static double h2d(uint16_t h) { return (double)_cvtsh_ss(h); }
 
+/* every form behind one signature: scr holds m (2 KiB) and, 2 KiB on, W's f32 K or V's C vectors */
+typedef void form_fn(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr);
+static void f_f(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr) {
+    (void)qc, (void)qt, (void)scr, qk_fma(k, q, out);
+}
+static void f_a(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr) {
+    (void)qc, (void)qt, (void)scr, qk_kern(k, q, out);
+}
+static void f_s(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr) {
+    (void)q, (void)qt, (void)scr, qk_strassen(k, qc, out);
+}
+#define FORM(x)                                                                                                 \
+    static void f_##x(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr) { \
+        (void)q, (void)qc, qk_strassen_##x(k, qt, out, scr);                                                     \
+    }
+FORM(t)
+FORM(u)
+FORM(y)
+FORM(z)
+static void f_v(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr) {
+    (void)q, (void)qc, qk_strassen_v(k, qt, out, scr + 512);
+}
+static void f_w(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr) {
+    (void)q, (void)qc, qk_strassen_w(k, qt, out, scr, scr + 512);
+}
+
 int main(int argc, char **argv) {
+    enum { NF = 9, ROUNDS = 15, CALLS = 4000 };
+    static const struct {
+        form_fn *fn;
+        int lay; /* out's layout: 0 A's (t * 16 + h * 2 + p), 1 S's, 2 [h][p]; -1 no scores */
+        const char *name;
+    } F[NF] = {{f_f, -1, "F (8192 FMAs)"},
+               {f_a, 0, "A (kern.h's tile)"},
+               {f_s, 1, "S (Strassen, 7168 FMAs)"},
+               {f_t, 2, "T (products in turn)"},
+               {f_u, 2, "U (products in groups)"},
+               {f_v, 0, "V (U, C unreduced)"},
+               {f_w, 2, "W (U, K converted once)"},
+               {f_y, 2, "Y (T in 256-bit vectors)"},
+               {f_z, 2, "Z (U in 256-bit vectors)"}};
     const size_t span = argc > 1 ? (size_t)atol(argv[1]) : 1 << 20;
     const int nblk = span / (S * NBR) > 0 ? (int)(span / (S * NBR)) : 1;
     char *k = aligned_alloc(64, (size_t)S * NBR * nblk);
     float *q = aligned_alloc(64, 8 * 512 * 4), *qc = aligned_alloc(64, 16 * 7 * 4 * 16 * 4);
-    float *oa = aligned_alloc(64, 256 * 4), *os = aligned_alloc(64, 256 * 4), *ot = aligned_alloc(64, 256 * 4);
-    float *qt = aligned_alloc(64, 16 * 7 * 4 * 16 * 4), *ou = aligned_alloc(64, 256 * 4);
-    float *mu = aligned_alloc(64, 7 * 4 * 16 * 4), *ov = aligned_alloc(64, 256 * 4);
-    float *cvb = aligned_alloc(64, 256 * 16 * 4), *ow = aligned_alloc(64, 256 * 4);
-    float *kf = aligned_alloc(64, 32 * 512 * 4);
-    if (!k || !q || !qc || !oa || !os || !ot || !qt || !ou || !mu || !ov || !cvb || !ow || !kf) return 1;
+    float *qt = aligned_alloc(64, 16 * 7 * 4 * 16 * 4), *out = aligned_alloc(64, NF * 256 * 4);
+    float *scr = aligned_alloc(64, (512 + 32 * 512) * 4);
+    if (!k || !q || !qc || !qt || !out || !scr) return 1;
     srand(1);
     for (size_t i = 0; i < (size_t)S * NBR * nblk; i += 2) /* f16 in +-[0.5, 1) */
         *(uint16_t *)(k + i) = (uint16_t)(0x3800 | (rand() & 0x3ff) | ((rand() & 1) << 15));
@@ -351,54 +521,34 @@ int main(int argc, char **argv) {
     q_combos(q, qc);
     q_combos_t(qc, qt);
     /* errors against float64, block 0 */
-    qk_kern(k, q, oa);
-    qk_strassen(k, qc, os);
-    qk_strassen_t(k, qt, ot, mu);
-    qk_strassen_u(k, qt, ou, mu);
-    qk_strassen_v(k, qt, ov, cvb);
-    qk_strassen_w(k, qt, ow, mu, kf);
-    double ea = 0, es = 0, et = 0, eu = 0, ev = 0, ew = 0, mx = 0;
+    double err[NF] = {0}, mx = 0;
+    for (int f = 0; f < NF; f++) F[f].fn(k, q, qc, qt, out + f * 256, scr);
     for (int h = 0; h < 8; h++)
         for (int p = 0; p < 32; p++) {
             double r = 0;
             for (int d = 0; d < 512; d++)
                 r += (double)q[h * 512 + d] * h2d(*(const uint16_t *)(k + (size_t)p * S + d * 2));
-            const double a = oa[(p / 2) * 16 + h * 2 + p % 2];
-            const int j = p % 16, hi = h >= 4, pi = p >= 16;
-            const double s = os[j * 16 + (hi * 2 + pi) * 4 + h % 4];
-            ea = fmax(ea, fabs(a - r)), es = fmax(es, fabs(s - r)), mx = fmax(mx, fabs(r));
-            et = fmax(et, fabs(ot[h * 32 + p] - r)), eu = fmax(eu, fabs(ou[h * 32 + p] - r));
-            ev = fmax(ev, fabs(ov[(p / 2) * 16 + h * 2 + p % 2] - r)), ew = fmax(ew, fabs(ow[h * 32 + p] - r));
+            mx = fmax(mx, fabs(r));
+            const int at[3] = {(p / 2) * 16 + h * 2 + p % 2, (p % 16) * 16 + ((h >= 4) * 2 + (p >= 16)) * 4 + h % 4,
+                               h * 32 + p};
+            for (int f = 0; f < NF; f++)
+                if (F[f].lay >= 0) err[f] = fmax(err[f], fabs(out[f * 256 + at[F[f].lay]] - r));
         }
-    printf("largest error against float64 (scores up to %.3g): A %.3g, S %.3g, T %.3g, U %.3g, V %.3g, W %.3g\n", mx,
-           ea, es, et, eu, ev, ew);
-    enum { ROUNDS = 15, CALLS = 4000 };
-    double t[7][ROUNDS];
+    printf("largest error against float64 (scores up to %.3g):", mx);
+    for (int f = 1; f < NF; f++) printf(" %c %.3g", F[f].name[0], err[f]);
+    printf("\n");
+    double t[NF][ROUNDS];
     for (int r = 0; r < ROUNDS; r++)
-        for (int f = 0; f < 7; f++) {
+        for (int f = 0; f < NF; f++) {
             const double t0 = now();
-            for (int c = 0; c < CALLS; c++) {
-                const char *kb = k + (size_t)(c % nblk) * S * NBR;
-                if (f == 0) qk_fma(kb, q, oa);
-                else if (f == 1) qk_kern(kb, q, oa);
-                else if (f == 2) qk_strassen(kb, qc, os);
-                else if (f == 3) qk_strassen_t(kb, qt, ot, mu);
-                else if (f == 4) qk_strassen_u(kb, qt, ou, mu);
-                else if (f == 5) qk_strassen_v(kb, qt, ov, cvb);
-                else qk_strassen_w(kb, qt, ow, mu, kf);
-            }
+            for (int c = 0; c < CALLS; c++) F[f].fn(k + (size_t)(c % nblk) * S * NBR, q, qc, qt, out + f * 256, scr);
             t[f][r] = (now() - t0) / CALLS * 1e6;
         }
-    const char *name[7] = {"F (8192 FMAs)", "A (kern.h's tile)", "S (Strassen, 7168 FMAs)", "T (products in turn)",
-                           "U (products in groups)",
-                           "V (U, C unreduced)", "W (U, K converted once)"};
-    for (int f = 0; f < 7; f++) {
+    for (int f = 0; f < NF; f++) {
         qsort(t[f], ROUNDS, sizeof(double), cmpd);
-        printf("%-26s %.3f us a block (min %.3f, max %.3f)\n", name[f], t[f][ROUNDS / 2], t[f][0], t[f][ROUNDS - 1]);
+        printf("%-26s %.3f us a block (min %.3f, max %.3f)\n", F[f].name, t[f][ROUNDS / 2], t[f][0], t[f][ROUNDS - 1]);
     }
-    const double ta = t[1][ROUNDS / 2];
-    printf("S/A %.3f T/A %.3f U/A %.3f V/A %.3f W/A %.3f\n", t[2][ROUNDS / 2] / ta, t[3][ROUNDS / 2] / ta,
-           t[4][ROUNDS / 2] / ta, t[5][ROUNDS / 2] / ta, t[6][ROUNDS / 2] / ta);
-    /* keep the results */
-    return oa[0] == 12345.f && os[0] == 54321.f && ot[0] == 1.f && ou[0] == 2.f && ov[0] == 3.f && ow[0] == 4.f;
+    for (int f = 2; f < NF; f++)
+        printf("%c/A %.3f%s", F[f].name[0], t[f][ROUNDS / 2] / t[1][ROUNDS / 2], f + 1 < NF ? " " : "\n");
+    return out[0] == 12345.f; /* keep the results */
 }

@@ -123,10 +123,11 @@ __attribute__((noinline)) static void qk_strassen(const char *k, const float *qc
     }
 }
 
-/* Forms T, U, V, W (row 77). q's combinations product-major: qt[((c * 16 + s) * 4 + i) * 16]. Their K side comes from
- * kb, the block's f16 rows (f32 = 0: S bytes a row, as for A and S) or W's f32 copy (f32 = 1: 512 floats a row). At
- * step s, position pair j: e1 = B11 (row j, dimension vector 2 s), o1 = B21 (row j, 2 s + 1), e2 = B12 (row j + 16,
- * 2 s), o2 = B22 (row j + 16, 2 s + 1). m[(c * 4 + i) * 16 + j]: product c's sum for head row i, position pair j. */
+/* Forms T, U, V, W, Y, Z (row 77). q's combinations product-major: qt[((c * 16 + s) * 4 + i) * 16]. Their K side
+ * comes from kb, the block's f16 rows (f32 = 0: S bytes a row, as for A and S) or W's f32 copy (f32 = 1: 512 floats a
+ * row). At step s, position pair j: e1 = B11 (row j, dimension vector 2 s), o1 = B21 (row j, 2 s + 1), e2 = B12 (row
+ * j + 16, 2 s), o2 = B22 (row j + 16, 2 s + 1). m[(c * 4 + i) * 16 + j]: product c's sum for head row i, position
+ * pair j. */
 static void q_combos_t(const float *qc, float *qt) {
     for (int s = 0; s < 16; s++)
         for (int c = 0; c < 7; c++)
@@ -284,20 +285,26 @@ __attribute__((noinline)) static void qk_strassen_w(const char *k, const float *
  * almost nothing (cvt_cost.c), and two 256-bit FMAs do the work of one 512-bit FMA on Zen 4. Steps of 8 dimensions,
  * 16 accumulators of 8 lanes, reduced in 256-bit registers. */
 #define CVY(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+AI __m256 kc_y(__m256 e1, __m256 o1, __m256 e2, __m256 o2, int c) {
+    switch (c) {
+    case 0: return _mm256_add_ps(e1, o2);
+    case 1: return e1;
+    case 2: return _mm256_sub_ps(e2, o2);
+    case 3: return _mm256_sub_ps(o1, e1);
+    case 4: return o2;
+    case 5: return _mm256_add_ps(e1, e2);
+    default: return _mm256_add_ps(o1, o2);
+    }
+}
 AI __m256 kcomb_y(const char *r1, const char *r2, int c, int off) { /* off: bytes into the step's 64-byte line */
 #ifdef T_ONECV
     (void)r2, (void)c;
     return CVY(r1 + off);
 #endif
-    switch (c) {
-    case 0: return _mm256_add_ps(CVY(r1 + off), CVY(r2 + 32 + off));
-    case 1: return CVY(r1 + off);
-    case 2: return _mm256_sub_ps(CVY(r2 + off), CVY(r2 + 32 + off));
-    case 3: return _mm256_sub_ps(CVY(r1 + 32 + off), CVY(r1 + off));
-    case 4: return CVY(r2 + 32 + off);
-    case 5: return _mm256_add_ps(CVY(r1 + off), CVY(r2 + off));
-    default: return _mm256_add_ps(CVY(r1 + 32 + off), CVY(r2 + 32 + off));
-    }
+    const int raws = raws_of(c);
+    const __m256 z = _mm256_setzero_ps();
+    return kc_y(raws & 1 ? CVY(r1 + off) : z, raws & 2 ? CVY(r1 + 32 + off) : z, raws & 4 ? CVY(r2 + off) : z,
+                raws & 8 ? CVY(r2 + 32 + off) : z, c);
 }
 /* 16 vectors of 8 lanes -> the 16 sums, lane k of the two results = sum of a[k], a[8 + k] */
 AI void reduce16_y(const __m256 *a, __m256 *z) {
@@ -347,17 +354,6 @@ __attribute__((noinline)) static void qk_strassen_y(const char *k, const float *
 
 /* Z: U in 256-bit vectors: the pair tiles of U (2 products x 4 head rows x 2 position pairs) with Y's conversions and
  * reduction, M6 as Y's tile */
-AI __m256 kc_y(__m256 e1, __m256 o1, __m256 e2, __m256 o2, int c) {
-    switch (c) {
-    case 0: return _mm256_add_ps(e1, o2);
-    case 1: return e1;
-    case 2: return _mm256_sub_ps(e2, o2);
-    case 3: return _mm256_sub_ps(o1, e1);
-    case 4: return o2;
-    case 5: return _mm256_add_ps(e1, e2);
-    default: return _mm256_add_ps(o1, o2);
-    }
-}
 AI void z_pair(const char *k, const float *qt, float *m, int c1, int c2, int j) {
     const int raws = raws_of(c1) | raws_of(c2);
     __m256 acc[16];

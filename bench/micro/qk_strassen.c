@@ -24,6 +24,7 @@
  *   Y  (row 77) T in 256-bit vectors (a 256-bit vcvtph2ps is nearly free beside the FMAs where a 512-bit one is not:
  *      cvt_cost.c)
  *   Z  (row 77) U in 256-bit vectors
+ *   B  (row 77) A in 256-bit vectors, a control for Y and Z
  * Prints the largest error of each against float64 and us a block, medians of 15 rounds. Argument: bytes of K
  * cycled through (1 MiB: L2). Timing-only flags, wrong on purpose: -DT_ONECV (T's and Y's tiles, and M6's in U, V
  * and W, with one conversion a K side), -DU_NOM6 (U and W without M6), -DU_ALL13 (U's and W's pair tiles all as
@@ -462,6 +463,31 @@ static int cmpd(const void *a, const void *b) {
 
 static double h2d(uint16_t h) { return (double)_cvtsh_ss(h); }
 
+/* B: kern.h's tile (A) in 256-bit vectors: 8 heads x 2 positions, 16 accumulators of 8 lanes, 256-bit conversions;
+ * out as A's */
+__attribute__((noinline)) static void qk_kern_y(const char *k, const float *q, float *out) {
+    for (int t = 0; t < 16; t++) {
+        __m256 acc[16];
+        for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
+        const char *k0 = k + (size_t)(2 * t) * S, *k1 = k0 + S;
+        for (int d = 0; d < 512; d += 8) {
+            __m256 qv[8];
+            for (int h = 0; h < 8; h++) {
+                qv[h] = _mm256_loadu_ps(q + h * 512 + d);
+                __asm__("" : "+v"(qv[h]));
+            }
+            const __m256 kv0 = CVY(k0 + d * 2), kv1 = CVY(k1 + d * 2);
+            for (int h = 0; h < 8; h++) {
+                acc[h * 2] = _mm256_fmadd_ps(kv0, qv[h], acc[h * 2]);
+                acc[h * 2 + 1] = _mm256_fmadd_ps(kv1, qv[h], acc[h * 2 + 1]);
+            }
+        }
+        __m256 z[2];
+        reduce16_y(acc, z);
+        _mm256_storeu_ps(out + t * 16, z[0]), _mm256_storeu_ps(out + t * 16 + 8, z[1]);
+    }
+}
+
 /* every form behind one signature: scr holds m (2 KiB) and, 2 KiB on, W's f32 K or V's C vectors */
 typedef void form_fn(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr);
 static void f_f(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr) {
@@ -469,6 +495,9 @@ static void f_f(const char *k, const float *q, const float *qc, const float *qt,
 }
 static void f_a(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr) {
     (void)qc, (void)qt, (void)scr, qk_kern(k, q, out);
+}
+static void f_b(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr) {
+    (void)qc, (void)qt, (void)scr, qk_kern_y(k, q, out);
 }
 static void f_s(const char *k, const float *q, const float *qc, const float *qt, float *out, float *scr) {
     (void)q, (void)qt, (void)scr, qk_strassen(k, qc, out);
@@ -489,7 +518,7 @@ static void f_w(const char *k, const float *q, const float *qc, const float *qt,
 }
 
 int main(int argc, char **argv) {
-    enum { NF = 9, ROUNDS = 15, CALLS = 4000 };
+    enum { NF = 10, ROUNDS = 15, CALLS = 4000 };
     static const struct {
         form_fn *fn;
         int lay; /* out's layout: 0 A's (t * 16 + h * 2 + p), 1 S's, 2 [h][p]; -1 no scores */
@@ -502,7 +531,8 @@ int main(int argc, char **argv) {
                {f_v, 0, "V (U, C unreduced)"},
                {f_w, 2, "W (U, K converted once)"},
                {f_y, 2, "Y (T in 256-bit vectors)"},
-               {f_z, 2, "Z (U in 256-bit vectors)"}};
+               {f_z, 2, "Z (U in 256-bit vectors)"},
+               {f_b, 0, "B (A in 256-bit vectors)"}};
     const size_t span = argc > 1 ? (size_t)atol(argv[1]) : 1 << 20;
     const int nblk = span / (S * NBR) > 0 ? (int)(span / (S * NBR)) : 1;
     char *k = aligned_alloc(64, (size_t)S * NBR * nblk);

@@ -47,26 +47,31 @@
 #define NBR 32 /* rows a block */
 #define CV(p) _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(p)))
 
-/* A: out[t * 16 + h * 2 + p] = score of head h, position 2t + p */
-__attribute__((noinline)) static void qk_kern(const char *k, const float *q, float *out) {
-    for (int t = 0; t < 16; t++) {
-        __m512 acc[16];
-        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        const char *k0 = k + (size_t)(2 * t) * S, *k1 = k0 + S;
-        for (int d = 0; d < 512; d += 16) {
-            __m512 qv[8];
-            for (int h = 0; h < 8; h++) {
-                qv[h] = _mm512_loadu_ps(q + h * 512 + d);
-                __asm__("" : "+v"(qv[h])); /* kern.h's vpin */
-            }
-            const __m512 kv0 = CV(k0 + d * 2), kv1 = CV(k1 + d * 2);
-            for (int h = 0; h < 8; h++) {
-                acc[h * 2] = _mm512_fmadd_ps(kv0, qv[h], acc[h * 2]);
-                acc[h * 2 + 1] = _mm512_fmadd_ps(kv1, qv[h], acc[h * 2 + 1]);
-            }
-        }
-        _mm512_storeu_ps(out + t * 16, vreduce_vec(acc));
+/* A: out[t * 16 + h * 2 + p] = score of head h, position 2t + p. The tile is written once for both vector widths:
+ * A in 512-bit vectors, B (row 77's control) in 256-bit ones, with their own conversion and reduction. */
+#define CVY(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define KERN_TILE(VT, W, LOADU, CVT, FMA, ZERO, REDUCE_STORE)                                                  \
+    for (int t = 0; t < 16; t++) {                                                                              \
+        VT acc[16];                                                                                             \
+        for (int i = 0; i < 16; i++) acc[i] = ZERO();                                                           \
+        const char *k0 = k + (size_t)(2 * t) * S, *k1 = k0 + S;                                                 \
+        for (int d = 0; d < 512; d += W) {                                                                      \
+            VT qv[8];                                                                                           \
+            for (int h = 0; h < 8; h++) {                                                                       \
+                qv[h] = LOADU(q + h * 512 + d);                                                                 \
+                __asm__("" : "+v"(qv[h])); /* kern.h's vpin */                                                  \
+            }                                                                                                   \
+            const VT kv0 = CVT(k0 + d * 2), kv1 = CVT(k1 + d * 2);                                              \
+            for (int h = 0; h < 8; h++) {                                                                       \
+                acc[h * 2] = FMA(kv0, qv[h], acc[h * 2]);                                                       \
+                acc[h * 2 + 1] = FMA(kv1, qv[h], acc[h * 2 + 1]);                                               \
+            }                                                                                                   \
+        }                                                                                                       \
+        REDUCE_STORE(acc, out + t * 16);                                                                        \
     }
+#define STORE_Z(acc, o) _mm512_storeu_ps((o), vreduce_vec(acc))
+__attribute__((noinline)) static void qk_kern(const char *k, const float *q, float *out) {
+    KERN_TILE(__m512, 16, _mm512_loadu_ps, CV, _mm512_fmadd_ps, _mm512_setzero_ps, STORE_Z)
 }
 
 /* q's 7 combinations, qc[((s * 7 + c) * 4 + i) * 16]: step s (dimensions 32 s + [0, 16) even, + [16, 32) odd), product
@@ -285,7 +290,6 @@ __attribute__((noinline)) static void qk_strassen_w(const char *k, const float *
 /* Y: T in 256-bit vectors. A 512-bit vcvtph2ps costs ~1.7 cycles of the FMA pipes beyond ~4 a 16 FMAs, a 256-bit one
  * almost nothing (cvt_cost.c), and two 256-bit FMAs do the work of one 512-bit FMA on Zen 4. Steps of 8 dimensions,
  * 16 accumulators of 8 lanes, reduced in 256-bit registers. */
-#define CVY(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 AI __m256 kc_y(__m256 e1, __m256 o1, __m256 e2, __m256 o2, int c) {
     switch (c) {
     case 0: return _mm256_add_ps(e1, o2);
@@ -463,29 +467,15 @@ static int cmpd(const void *a, const void *b) {
 
 static double h2d(uint16_t h) { return (double)_cvtsh_ss(h); }
 
-/* B: kern.h's tile (A) in 256-bit vectors: 8 heads x 2 positions, 16 accumulators of 8 lanes, 256-bit conversions;
- * out as A's */
+/* B: kern.h's tile (A) in 256-bit vectors: 16 accumulators of 8 lanes, 256-bit conversions; out as A's */
+#define STORE_Y(acc, o)                                                                                         \
+    do {                                                                                                        \
+        __m256 z_[2];                                                                                           \
+        reduce16_y(acc, z_);                                                                                    \
+        _mm256_storeu_ps((o), z_[0]), _mm256_storeu_ps((o) + 8, z_[1]);                                         \
+    } while (0)
 __attribute__((noinline)) static void qk_kern_y(const char *k, const float *q, float *out) {
-    for (int t = 0; t < 16; t++) {
-        __m256 acc[16];
-        for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
-        const char *k0 = k + (size_t)(2 * t) * S, *k1 = k0 + S;
-        for (int d = 0; d < 512; d += 8) {
-            __m256 qv[8];
-            for (int h = 0; h < 8; h++) {
-                qv[h] = _mm256_loadu_ps(q + h * 512 + d);
-                __asm__("" : "+v"(qv[h]));
-            }
-            const __m256 kv0 = CVY(k0 + d * 2), kv1 = CVY(k1 + d * 2);
-            for (int h = 0; h < 8; h++) {
-                acc[h * 2] = _mm256_fmadd_ps(kv0, qv[h], acc[h * 2]);
-                acc[h * 2 + 1] = _mm256_fmadd_ps(kv1, qv[h], acc[h * 2 + 1]);
-            }
-        }
-        __m256 z[2];
-        reduce16_y(acc, z);
-        _mm256_storeu_ps(out + t * 16, z[0]), _mm256_storeu_ps(out + t * 16 + 8, z[1]);
-    }
+    KERN_TILE(__m256, 8, _mm256_loadu_ps, CVY, _mm256_fmadd_ps, _mm256_setzero_ps, STORE_Y)
 }
 
 /* every form behind one signature: scr holds m (2 KiB) and, 2 KiB on, W's f32 K or V's C vectors */

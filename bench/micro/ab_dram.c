@@ -11,8 +11,9 @@
  *
  * AB_HUGEPAGES=1: each build reads its own copies, A's in 4 KiB pages (MADV_NOHUGEPAGE) and B's in transparent huge
  * pages (MADV_HUGEPAGE); with the same library as A and B this measures what huge pages under the cache are worth.
- * AB_SHIFT=N: each build reads its own copies, 2 MiB-aligned, B's starting N bytes past that (16: where glibc's
- * malloc puts a large block; with the same library as A and B this measures what the cache's placement costs).
+ * AB_SHIFT=N: each build reads its own copies, 2 MiB-aligned, B's starting N bytes past that (N rounded down to
+ * even, so the 16-bit elements stay aligned; 16: where glibc's malloc puts a large block; with the same library as A
+ * and B this measures what the cache's placement costs).
  * AB_COPIES=N: N copies instead of enough to cover twice the L3 (1: the same cache every call, kept in L2/L3).
  * AB_HELPER=1 (2 threads): both builds run their tasks through one caller-supplied parallel-for (the even tasks on the
  * caller, the odd ones on one spinning helper thread) instead of a pool each, whose idle worker would spin into the

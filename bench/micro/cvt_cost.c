@@ -9,14 +9,12 @@
  */
 #include <stdint.h>
 #include <stdio.h>
-#include <time.h>
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
+
+#include "fma16.h" /* now() */
 static uint16_t hb[1024] __attribute__((aligned(64)));
 #define F(a, r) "vfmadd231ps %%zmm" #a ",%%zmm1,%%zmm" #r "\n"
+/* fma16.h's FMA16 reads zmm0-2; these 16 read zmm2-5, which the first conversions write, as a kernel's FMAs read
+ * its converted K */
 #define F16                                                                                                     \
     F(2, 8) F(3, 9) F(4, 10) F(5, 11) F(2, 12) F(3, 13) F(4, 14) F(5, 15) F(2, 16) F(3, 17) F(4, 18) F(5, 19)   \
     F(2, 20) F(3, 21) F(4, 22) F(5, 23)

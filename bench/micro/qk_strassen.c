@@ -47,6 +47,18 @@
 #define NBR 32 /* rows a block */
 #define CV(p) _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(p)))
 
+#define AI static inline __attribute__((always_inline))
+#define ALL7(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
+/* which of e1, o1, e2, o2 (bits 0-3) product c's K side needs */
+AI int raws_of(int c) { return (int[]){1 | 8, 1, 4 | 8, 1 | 2, 8, 1 | 4, 2 | 8}[c]; }
+
+/* C11 = M1 + M4 - M5 + M7, C12 = M3 + M5, C21 = M2 + M4, C22 = M1 - M2 + M3 + M6 from r[k] = M(k + 1) */
+AI void cquads(const __m512 *r, __m512 *c) {
+    c[0] = _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(r[0], r[3]), r[4]), r[6]);
+    c[1] = _mm512_add_ps(r[2], r[4]);
+    c[2] = _mm512_add_ps(r[1], r[3]);
+    c[3] = _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(r[0], r[1]), r[2]), r[5]);
+}
 /* A: out[t * 16 + h * 2 + p] = score of head h, position 2t + p. The tile is written once for both vector widths:
  * A in 512-bit vectors, B (row 77's control) in 256-bit ones, with their own conversion and reduction. */
 #define CVY(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
@@ -119,11 +131,11 @@ __attribute__((noinline)) static void qk_strassen(const char *k, const float *qc
                                 {m30, m31, m32, m33}, {m40, m41, m42, m43}, {m50, m51, m52, m53},
                                 {m60, m61, m62, m63}};
         __m512 c[16];
-        for (int i = 0; i < 4; i++) {
-            c[i] = _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(M[0][i], M[3][i]), M[4][i]), M[6][i]); /* C11 */
-            c[4 + i] = _mm512_add_ps(M[2][i], M[4][i]);                                              /* C12 */
-            c[8 + i] = _mm512_add_ps(M[1][i], M[3][i]);                                              /* C21 */
-            c[12 + i] = _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(M[0][i], M[1][i]), M[2][i]), M[5][i]); /* C22 */
+        for (int i = 0; i < 4; i++) { /* c[4 q + i]: quadrant q (C11, C12, C21, C22) of head row i */
+            const __m512 r[7] = {M[0][i], M[1][i], M[2][i], M[3][i], M[4][i], M[5][i], M[6][i]};
+            __m512 cq[4];
+            cquads(r, cq);
+            for (int q = 0; q < 4; q++) c[4 * q + i] = cq[q];
         }
         _mm512_storeu_ps(out + j * 16, vreduce_vec(c));
     }
@@ -141,177 +153,19 @@ static void q_combos_t(const float *qc, float *qt) {
                 memcpy(qt + ((c * 16 + s) * 4 + i) * 16, qc + ((s * 7 + c) * 4 + i) * 16, 64);
 }
 
-#define AI static inline __attribute__((always_inline))
-#define ALL7(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
-AI __m512 ld(const void *kb, int f32, int row, int vec) {
-    if (f32) return _mm512_load_ps((const float *)kb + row * 512 + vec * 16);
-    return CV((const char *)kb + (size_t)row * S + vec * 32);
-}
-/* which of e1, o1, e2, o2 (bits 0-3) product c's K side needs, and the side itself */
-AI int raws_of(int c) { return (int[]){1 | 8, 1, 4 | 8, 1 | 2, 8, 1 | 4, 2 | 8}[c]; }
-AI __m512 kcomb(__m512 e1, __m512 o1, __m512 e2, __m512 o2, int c) {
-    switch (c) {
-    case 0: return _mm512_add_ps(e1, o2); /* B11 + B22 */
-    case 1: return e1;                    /* B11 */
-    case 2: return _mm512_sub_ps(e2, o2); /* B12 - B22 */
-    case 3: return _mm512_sub_ps(o1, e1); /* B21 - B11 */
-    case 4: return o2;                    /* B22 */
-    case 5: return _mm512_add_ps(e1, e2); /* B11 + B12 */
-    default: return _mm512_add_ps(o1, o2); /* B21 + B22 */
-    }
-}
-/* the raws that `raws` names, converted (or loaded) at step s for position pair j */
-AI __m512 kside(const void *kb, int f32, int raws, int c, int j, int s) {
-    const __m512 z = _mm512_setzero_ps();
-#ifdef T_ONECV /* timing only: one conversion a K side, wrong on purpose */
-    (void)raws, (void)c;
-    return ld(kb, f32, j, 2 * s);
-#endif
-    return kcomb(raws & 1 ? ld(kb, f32, j, 2 * s) : z, raws & 2 ? ld(kb, f32, j, 2 * s + 1) : z,
-                 raws & 4 ? ld(kb, f32, j + 16, 2 * s) : z, raws & 8 ? ld(kb, f32, j + 16, 2 * s + 1) : z, c);
-}
-
-/* T's tile: product c, head rows 0-3, position pairs 4 jg .. 4 jg + 3; acc[i * 4 + jj] */
-AI void t_acc(const void *kb, int f32, const float *qt, int c, int jg, __m512 *acc) {
-    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-    const float *a = qt + c * 16 * 4 * 16;
-    for (int s = 0; s < 16; s++, a += 64) {
-        __m512 qv[4];
-        for (int i = 0; i < 4; i++) {
-            qv[i] = _mm512_load_ps(a + i * 16);
-            __asm__("" : "+v"(qv[i]));
-        }
-        for (int jj = 0; jj < 4; jj++) {
-            const __m512 b = kside(kb, f32, raws_of(c), c, 4 * jg + jj, s);
-            for (int i = 0; i < 4; i++) acc[i * 4 + jj] = _mm512_fmadd_ps(qv[i], b, acc[i * 4 + jj]);
-        }
-    }
-}
-AI void store_t(float *m, int c, int jg, const __m512 *acc) { /* reduced: lane 4 i + jj */
-    const __m512 v = vreduce_vec(acc);
-    float *o = m + c * 4 * 16 + 4 * jg;
-    _mm_storeu_ps(o, _mm512_castps512_ps128(v)), _mm_storeu_ps(o + 16, _mm512_extractf32x4_ps(v, 1));
-    _mm_storeu_ps(o + 32, _mm512_extractf32x4_ps(v, 2)), _mm_storeu_ps(o + 48, _mm512_extractf32x4_ps(v, 3));
-}
-
-/* U's tile: products c1 (g = 0) and c2 (g = 1) sharing their K conversions, head rows 0-3, position pairs j, j + 1;
- * acc[g * 8 + i * 2 + p] */
-AI void pair_acc(const void *kb, int f32, const float *qt, int c1, int c2, int j, __m512 *acc) {
-    const int raws = raws_of(c1) | raws_of(c2);
-    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-    const float *a1 = qt + c1 * 16 * 4 * 16, *a2 = qt + c2 * 16 * 4 * 16;
-    for (int s = 0; s < 16; s++, a1 += 64, a2 += 64) {
-        __m512 qv[8];
-        for (int i = 0; i < 4; i++) {
-            qv[i] = _mm512_load_ps(a1 + i * 16);
-            qv[4 + i] = _mm512_load_ps(a2 + i * 16);
-            __asm__("" : "+v"(qv[i]), "+v"(qv[4 + i]));
-        }
-        for (int p = 0; p < 2; p++) {
-            const __m512 z = _mm512_setzero_ps();
-            const __m512 e1 = raws & 1 ? ld(kb, f32, j + p, 2 * s) : z;
-            const __m512 o1 = raws & 2 ? ld(kb, f32, j + p, 2 * s + 1) : z;
-            const __m512 e2 = raws & 4 ? ld(kb, f32, j + p + 16, 2 * s) : z;
-            const __m512 o2 = raws & 8 ? ld(kb, f32, j + p + 16, 2 * s + 1) : z;
-            const __m512 b1 = kcomb(e1, o1, e2, o2, c1), b2 = kcomb(e1, o1, e2, o2, c2);
-            for (int i = 0; i < 4; i++) {
-                acc[i * 2 + p] = _mm512_fmadd_ps(qv[i], b1, acc[i * 2 + p]);
-                acc[8 + i * 2 + p] = _mm512_fmadd_ps(qv[4 + i], b2, acc[8 + i * 2 + p]);
-            }
-        }
-    }
-}
-AI void store_pair(float *m, int c1, int c2, int j, const __m512 *acc) {
-    /* reduced: 128-bit lane l holds (g, i) = (l / 2, 2 (l % 2)) and (l / 2, 2 (l % 2) + 1), positions j, j + 1 */
-    const __m512 v = vreduce_vec(acc);
-    const __m128 l[4] = {_mm512_castps512_ps128(v), _mm512_extractf32x4_ps(v, 1), _mm512_extractf32x4_ps(v, 2),
-                         _mm512_extractf32x4_ps(v, 3)};
-    for (int q = 0; q < 4; q++) {
-        float *o = m + ((q < 2 ? c1 : c2) * 4 + 2 * (q % 2)) * 16 + j;
-        _mm_storel_pi((__m64 *)o, l[q]), _mm_storeh_pi((__m64 *)(o + 16), l[q]);
-    }
-}
-
 /* C from the products: out[h * 32 + p] */
 static void combine(const float *m, float *out) {
     for (int i = 0; i < 4; i++) {
-        __m512 r[7];
-        for (int c = 0; c < 7; c++) r[c] = _mm512_loadu_ps(m + (c * 4 + i) * 16);
-        _mm512_storeu_ps(out + i * 32, _mm512_add_ps(_mm512_sub_ps(_mm512_add_ps(r[0], r[3]), r[4]), r[6])); /* C11 */
-        _mm512_storeu_ps(out + i * 32 + 16, _mm512_add_ps(r[2], r[4]));                                     /* C12 */
-        _mm512_storeu_ps(out + (4 + i) * 32, _mm512_add_ps(r[1], r[3]));                                    /* C21 */
-        _mm512_storeu_ps(out + (4 + i) * 32 + 16,
-                         _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(r[0], r[1]), r[2]), r[5])); /* C22 */
+        __m512 r[7], c[4];
+        for (int k = 0; k < 7; k++) r[k] = _mm512_loadu_ps(m + (k * 4 + i) * 16);
+        cquads(r, c);
+        _mm512_storeu_ps(out + i * 32, c[0]), _mm512_storeu_ps(out + i * 32 + 16, c[1]);
+        _mm512_storeu_ps(out + (4 + i) * 32, c[2]), _mm512_storeu_ps(out + (4 + i) * 32 + 16, c[3]);
     }
 }
 
-/* T: the 7 products one at a time, each as a tile of kern.h's shape (4 head rows x 4 position pairs, 16 accumulators,
- * the 4 q combinations of a step pinned), each product's K side converted afresh */
-__attribute__((noinline)) static void qk_strassen_t(const char *k, const float *qt, float *out, float *m) {
-    __m512 acc[16];
-    for (int jg = 0; jg < 4; jg++) { /* c a constant in each call, so that kside's switch folds */
-#define T_ONE(c) t_acc(k, 0, qt, c, jg, acc), store_t(m, c, jg, acc);
-        ALL7(T_ONE)
-#undef T_ONE
-    }
-    combine(m, out);
-}
-
-/* U (W with f32 = 1): the products in groups that share their converted K vectors, so that no tile converts more than
- * 3 K vectors for 16 FMAs: {M2, M4} (B11, B21), {M5, M7} (B21, B22), {M1, M3} (B11, B12, B22) as pair tiles, M6 (B11,
- * B12) as T's tile; each tile reduced, the C blocks added at the end */
-AI void strassen_groups(const void *kb, int f32, const float *qt, float *out, float *m) {
-    __m512 acc[16];
-    for (int j = 0; j < 16; j += 2) {
-#ifdef U_ALL13 /* timing only: every pair tile as {M2, M4} */
-        for (int g = 0; g < 3; g++) pair_acc(kb, f32, qt, 1, 3, j, acc), store_pair(m, 1, 3, j, acc);
-#else
-        pair_acc(kb, f32, qt, 1, 3, j, acc), store_pair(m, 1, 3, j, acc);
-        pair_acc(kb, f32, qt, 4, 6, j, acc), store_pair(m, 4, 6, j, acc);
-        pair_acc(kb, f32, qt, 0, 2, j, acc), store_pair(m, 0, 2, j, acc);
-#endif
-    }
-#ifndef U_NOM6 /* timing only: without M6 */
-    for (int jg = 0; jg < 4; jg++) t_acc(kb, f32, qt, 5, jg, acc), store_t(m, 5, jg, acc);
-#endif
-    combine(m, out);
-}
-__attribute__((noinline)) static void qk_strassen_u(const char *k, const float *qt, float *out, float *m) {
-    strassen_groups(k, 0, qt, out, m);
-}
-
-/* W: U with the block's K converted to f32 once (kf, 32 rows x 512, 64 KiB) and every tile loading it */
-__attribute__((noinline)) static void qk_strassen_w(const char *k, const float *qt, float *out, float *m, float *kf) {
-    for (int j = 0; j < 32; j++)
-        for (int d = 0; d < 512; d += 16) _mm512_store_ps(kf + j * 512 + d, CV(k + (size_t)j * S + d * 2));
-    strassen_groups(kf, 1, qt, out, m);
-}
-
-/* Y: T in 256-bit vectors. A 512-bit vcvtph2ps costs ~1.7 cycles of the FMA pipes beyond ~4 a 16 FMAs, a 256-bit one
- * almost nothing (cvt_cost.c), and two 256-bit FMAs do the work of one 512-bit FMA on Zen 4. Steps of 8 dimensions,
- * 16 accumulators of 8 lanes, reduced in 256-bit registers. */
-AI __m256 kc_y(__m256 e1, __m256 o1, __m256 e2, __m256 o2, int c) {
-    switch (c) {
-    case 0: return _mm256_add_ps(e1, o2);
-    case 1: return e1;
-    case 2: return _mm256_sub_ps(e2, o2);
-    case 3: return _mm256_sub_ps(o1, e1);
-    case 4: return o2;
-    case 5: return _mm256_add_ps(e1, e2);
-    default: return _mm256_add_ps(o1, o2);
-    }
-}
-AI __m256 kcomb_y(const char *r1, const char *r2, int c, int off) { /* off: bytes into the step's 64-byte line */
-#ifdef T_ONECV
-    (void)r2, (void)c;
-    return CVY(r1 + off);
-#endif
-    const int raws = raws_of(c);
-    const __m256 z = _mm256_setzero_ps();
-    return kc_y(raws & 1 ? CVY(r1 + off) : z, raws & 2 ? CVY(r1 + 32 + off) : z, raws & 4 ? CVY(r2 + off) : z,
-                raws & 8 ? CVY(r2 + 32 + off) : z, c);
-}
-/* 16 vectors of 8 lanes -> the 16 sums, lane k of the two results = sum of a[k], a[8 + k] */
+/* 16 vectors of 8 lanes -> the 16 sums, lane k of the two results = sum of a[k], a[8 + k] (the tree of simd.h's AVX2
+ * vreduce_all, for 16 vectors) */
 AI void reduce16_y(const __m256 *a, __m256 *z) {
     __m256 w[8], u[4];
     for (int i = 0; i < 8; i++)
@@ -324,84 +178,169 @@ AI void reduce16_y(const __m256 *a, __m256 *z) {
         z[i] = _mm256_add_ps(_mm256_permute2f128_ps(u[2 * i], u[2 * i + 1], 0x20),
                              _mm256_permute2f128_ps(u[2 * i], u[2 * i + 1], 0x31));
 }
-AI void y_tile(const char *k, const float *qt, float *m, int c, int jg) {
-    __m256 acc[16];
-    for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
-    const float *a = qt + c * 16 * 4 * 16;
-    const char *r = k + (size_t)(4 * jg) * S;
-    for (int s = 0; s < 16; s++, a += 64, r += 64)
-        for (int hh = 0; hh < 2; hh++) {
-            __m256 qv[4];
-            for (int i = 0; i < 4; i++) {
-                qv[i] = _mm256_load_ps(a + i * 16 + hh * 8);
-                __asm__("" : "+v"(qv[i]));
-            }
-            for (int jj = 0; jj < 4; jj++) {
-                const char *r1 = r + (size_t)jj * S;
-                const __m256 b = kcomb_y(r1, r1 + 16 * S, c, hh * 16);
-                for (int i = 0; i < 4; i++) acc[i * 4 + jj] = _mm256_fmadd_ps(qv[i], b, acc[i * 4 + jj]);
-            }
-        }
-    __m256 z[2];
-    reduce16_y(acc, z); /* lane 4 i + jj: z[0] heads 0-1, z[1] heads 2-3 */
-    float *o = m + c * 4 * 16 + 4 * jg;
-    _mm_storeu_ps(o, _mm256_castps256_ps128(z[0])), _mm_storeu_ps(o + 16, _mm256_extractf128_ps(z[0], 1));
-    _mm_storeu_ps(o + 32, _mm256_castps256_ps128(z[1])), _mm_storeu_ps(o + 48, _mm256_extractf128_ps(z[1], 1));
+/* a tile's 16 sums as four quarters, quarter q holding the sums of acc[4 q .. 4 q + 3] */
+AI void quarters_z(const __m512 *acc, __m128 *qd) {
+    const __m512 v = vreduce_vec(acc);
+    qd[0] = _mm512_castps512_ps128(v), qd[1] = _mm512_extractf32x4_ps(v, 1);
+    qd[2] = _mm512_extractf32x4_ps(v, 2), qd[3] = _mm512_extractf32x4_ps(v, 3);
 }
-__attribute__((noinline)) static void qk_strassen_y(const char *k, const float *qt, float *out, float *m) {
-    for (int jg = 0; jg < 4; jg++) {
-#define Y_ONE(c) y_tile(k, qt, m, c, jg);
-        ALL7(Y_ONE)
-#undef Y_ONE
+AI void quarters_y(const __m256 *acc, __m128 *qd) {
+    __m256 z[2];
+    reduce16_y(acc, z);
+    qd[0] = _mm256_castps256_ps128(z[0]), qd[1] = _mm256_extractf128_ps(z[0], 1);
+    qd[2] = _mm256_castps256_ps128(z[1]), qd[3] = _mm256_extractf128_ps(z[1], 1);
+}
+/* T's tile (acc[i * 4 + jj]) into m: quarter i is head row i, position pairs 4 jg .. 4 jg + 3 */
+AI void store_t(float *m, int c, int jg, const __m128 *qd) {
+    for (int i = 0; i < 4; i++) _mm_storeu_ps(m + (c * 4 + i) * 16 + 4 * jg, qd[i]);
+}
+/* U's tile (acc[g * 8 + i * 2 + p]) into m: quarter q holds product g = q / 2's head rows 2 (q % 2) and + 1 */
+AI void store_pair(float *m, int c1, int c2, int j, const __m128 *qd) {
+    for (int q = 0; q < 4; q++) {
+        float *o = m + ((q < 2 ? c1 : c2) * 4 + 2 * (q % 2)) * 16 + j;
+        _mm_storel_pi((__m64 *)o, qd[q]), _mm_storeh_pi((__m64 *)(o + 16), qd[q]);
     }
-    combine(m, out);
 }
 
-/* Z: U in 256-bit vectors: the pair tiles of U (2 products x 4 head rows x 2 position pairs) with Y's conversions and
- * reduction, M6 as Y's tile */
-AI void z_pair(const char *k, const float *qt, float *m, int c1, int c2, int j) {
-    const int raws = raws_of(c1) | raws_of(c2);
-    __m256 acc[16];
-    for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
-    const float *a1 = qt + c1 * 16 * 4 * 16, *a2 = qt + c2 * 16 * 4 * 16;
-    const char *r = k + (size_t)j * S;
-    for (int s = 0; s < 16; s++, a1 += 64, a2 += 64, r += 64)
-        for (int hh = 0; hh < 2; hh++) {
-            __m256 qv[8];
-            for (int i = 0; i < 4; i++) {
-                qv[i] = _mm256_load_ps(a1 + i * 16 + hh * 8);
-                qv[4 + i] = _mm256_load_ps(a2 + i * 16 + hh * 8);
-                __asm__("" : "+v"(qv[i]), "+v"(qv[4 + i]));
-            }
-            for (int p = 0; p < 2; p++) {
-                const char *r1 = r + (size_t)p * S + hh * 16, *r2 = r1 + 16 * S;
-                const __m256 z = _mm256_setzero_ps();
-                const __m256 e1 = raws & 1 ? CVY(r1) : z, o1 = raws & 2 ? CVY(r1 + 32) : z;
-                const __m256 e2 = raws & 4 ? CVY(r2) : z, o2 = raws & 8 ? CVY(r2 + 32) : z;
-                const __m256 b1 = kc_y(e1, o1, e2, o2, c1), b2 = kc_y(e1, o1, e2, o2, c2);
-                for (int i = 0; i < 4; i++) {
-                    acc[i * 2 + p] = _mm256_fmadd_ps(qv[i], b1, acc[i * 2 + p]);
-                    acc[8 + i * 2 + p] = _mm256_fmadd_ps(qv[4 + i], b2, acc[8 + i * 2 + p]);
-                }
-            }
-        }
-    __m256 zz[2];
-    reduce16_y(acc, zz); /* zz[g] lane i * 2 + p: product g's head row i, position pair j + p */
-    for (int g = 0; g < 2; g++) {
-        const __m128 lo = _mm256_castps256_ps128(zz[g]), hi = _mm256_extractf128_ps(zz[g], 1);
-        float *o = m + (g ? c2 : c1) * 4 * 16 + j;
-        _mm_storel_pi((__m64 *)o, lo), _mm_storeh_pi((__m64 *)(o + 16), lo);
-        _mm_storel_pi((__m64 *)(o + 32), hi), _mm_storeh_pi((__m64 *)(o + 48), hi);
+/* The tiles of T and U, written once for both vector widths: _z in 512-bit vectors (T, U, V, W), _y in 256-bit ones
+ * (Y, Z: a 256-bit vcvtph2ps is nearly free beside the FMAs where a 512-bit one is not, cvt_cost.c; two 256-bit FMAs
+ * do the work of one 512-bit FMA on Zen 4). Step s, part hh (16 / LW parts of LW dimensions each): q's combinations
+ * at qt + c * 1024 + 64 s + LW hh (+ 16 i for head row i), e1 / e2 at element 32 s + LW hh of rows j / j + 16, o1 / o2
+ * 16 further.
+ *   ld:    the LW elements from element e of row `row` of kb, f16 (f32 = 0, S bytes a row) or f32 (f32 = 1, W's copy)
+ *   kside: product c's K side for position pair j at element e
+ *   t_acc: T's tile, product c, head rows 0-3, position pairs 4 jg .. 4 jg + 3; acc[i * 4 + jj]
+ *   pair_acc: U's tile, products c1 (g = 0) and c2 (g = 1) sharing their K conversions, head rows 0-3, position
+ *          pairs j, j + 1; acc[g * 8 + i * 2 + p] */
+#define TILES(SFX, VT, LW, LOADF, CVT, ADD, SUB, FMA, ZERO)                                                     \
+    AI VT ld##SFX(const void *kb, int f32, int row, int e) {                                                    \
+        if (f32) return LOADF((const float *)kb + row * 512 + e);                                               \
+        return CVT((const char *)kb + (size_t)row * S + e * 2);                                                 \
+    }                                                                                                           \
+    AI VT kcomb##SFX(VT e1, VT o1, VT e2, VT o2, int c) {                                                       \
+        switch (c) {                                                                                            \
+        case 0: return ADD(e1, o2); /* B11 + B22 */                                                             \
+        case 1: return e1;          /* B11 */                                                                   \
+        case 2: return SUB(e2, o2); /* B12 - B22 */                                                             \
+        case 3: return SUB(o1, e1); /* B21 - B11 */                                                             \
+        case 4: return o2;          /* B22 */                                                                   \
+        case 5: return ADD(e1, e2); /* B11 + B12 */                                                             \
+        default: return ADD(o1, o2); /* B21 + B22 */                                                            \
+        }                                                                                                       \
+    }                                                                                                           \
+    AI VT raws##SFX(const void *kb, int f32, int raws, int c, int j, int e) {                                   \
+        const VT z = ZERO();                                                                                    \
+        return kcomb##SFX(raws & 1 ? ld##SFX(kb, f32, j, e) : z, raws & 2 ? ld##SFX(kb, f32, j, e + 16) : z,    \
+                          raws & 4 ? ld##SFX(kb, f32, j + 16, e) : z, raws & 8 ? ld##SFX(kb, f32, j + 16, e + 16) : z, \
+                          c);                                                                                   \
+    }                                                                                                           \
+    AI VT kside##SFX(const void *kb, int f32, int c, int j, int e) {                                            \
+        if (T_ONECV) return ld##SFX(kb, f32, j, e); /* timing only, wrong on purpose */                         \
+        return raws##SFX(kb, f32, raws_of(c), c, j, e);                                                         \
+    }                                                                                                           \
+    AI void t_acc##SFX(const void *kb, int f32, const float *qt, int c, int jg, VT *acc) {                     \
+        for (int i = 0; i < 16; i++) acc[i] = ZERO();                                                           \
+        for (int s = 0; s < 16; s++)                                                                            \
+            for (int hh = 0; hh < 16 / LW; hh++) {                                                              \
+                VT qv[4];                                                                                       \
+                for (int i = 0; i < 4; i++) {                                                                   \
+                    qv[i] = LOADF(qt + c * 1024 + s * 64 + hh * LW + i * 16);                                   \
+                    __asm__("" : "+v"(qv[i]));                                                                  \
+                }                                                                                               \
+                for (int jj = 0; jj < 4; jj++) {                                                                \
+                    const VT b = kside##SFX(kb, f32, c, 4 * jg + jj, s * 32 + hh * LW);                         \
+                    for (int i = 0; i < 4; i++) acc[i * 4 + jj] = FMA(qv[i], b, acc[i * 4 + jj]);               \
+                }                                                                                               \
+            }                                                                                                   \
+    }                                                                                                           \
+    AI void pair_acc##SFX(const void *kb, int f32, const float *qt, int c1, int c2, int j, VT *acc) {               \
+        const int raws = raws_of(c1) | raws_of(c2);                                                                 \
+        for (int i = 0; i < 16; i++) acc[i] = ZERO();                                                               \
+        for (int s = 0; s < 16; s++)                                                                                \
+            for (int hh = 0; hh < 16 / LW; hh++) {                                                                  \
+                VT qv[8];                                                                                           \
+                for (int i = 0; i < 4; i++) {                                                                       \
+                    qv[i] = LOADF(qt + c1 * 1024 + s * 64 + hh * LW + i * 16);                                      \
+                    qv[4 + i] = LOADF(qt + c2 * 1024 + s * 64 + hh * LW + i * 16);                                  \
+                    __asm__("" : "+v"(qv[i]), "+v"(qv[4 + i]));                                                     \
+                }                                                                                                   \
+                for (int p = 0; p < 2; p++) {                                                                       \
+                    const int e = s * 32 + hh * LW;                                                                 \
+                    const VT z = ZERO();                                                                            \
+                    const VT e1 = raws & 1 ? ld##SFX(kb, f32, j + p, e) : z;                                        \
+                    const VT o1 = raws & 2 ? ld##SFX(kb, f32, j + p, e + 16) : z;                                   \
+                    const VT e2 = raws & 4 ? ld##SFX(kb, f32, j + p + 16, e) : z;                                   \
+                    const VT o2 = raws & 8 ? ld##SFX(kb, f32, j + p + 16, e + 16) : z;                              \
+                    const VT b1 = kcomb##SFX(e1, o1, e2, o2, c1), b2 = kcomb##SFX(e1, o1, e2, o2, c2);              \
+                    for (int i = 0; i < 4; i++) {                                                                   \
+                        acc[i * 2 + p] = FMA(qv[i], b1, acc[i * 2 + p]);                                            \
+                        acc[8 + i * 2 + p] = FMA(qv[4 + i], b2, acc[8 + i * 2 + p]);                                \
+                    }                                                                                               \
+                }                                                                                                   \
+            }                                                                                                       \
+    }                                                                                                               \
+    /* T (Y): the 7 products one at a time, each product's K side converted afresh; c a constant in each call, so  \
+     * that kcomb's switch folds */                                                                             \
+    AI void strassen_turns##SFX(const char *k, const float *qt, float *out, float *m) {                        \
+        VT acc[16];                                                                                             \
+        __m128 qd[4];                                                                                           \
+        for (int jg = 0; jg < 4; jg++) {                                                                        \
+            ALL7(T_ONE##SFX)                                                                                    \
+        }                                                                                                       \
+        combine(m, out);                                                                                        \
+    }                                                                                                           \
+    /* U, W (Z): the products in groups that share their converted K vectors, so that no tile converts more than 3 \
+     * K vectors for 16 FMAs: {M2, M4} (B11, B21), {M5, M7} (B21, B22), {M1, M3} (B11, B12, B22) as pair tiles, M6 \
+     * (B11, B12) as T's tile; each tile reduced, the C blocks added at the end */                              \
+    AI void strassen_groups##SFX(const void *kb, int f32, const float *qt, float *out, float *m) {            \
+        VT acc[16];                                                                                             \
+        __m128 qd[4];                                                                                           \
+        for (int j = 0; j < 16; j += 2) {                                                                       \
+            if (U_ALL13) /* timing only: every pair tile as {M2, M4} */                                         \
+                for (int g = 0; g < 3; g++)                                                                     \
+                    pair_acc##SFX(kb, f32, qt, 1, 3, j, acc), quarters##SFX(acc, qd), store_pair(m, 1, 3, j, qd); \
+            else {                                                                                              \
+                pair_acc##SFX(kb, f32, qt, 1, 3, j, acc), quarters##SFX(acc, qd), store_pair(m, 1, 3, j, qd);   \
+                pair_acc##SFX(kb, f32, qt, 4, 6, j, acc), quarters##SFX(acc, qd), store_pair(m, 4, 6, j, qd);   \
+                pair_acc##SFX(kb, f32, qt, 0, 2, j, acc), quarters##SFX(acc, qd), store_pair(m, 0, 2, j, qd);   \
+            }                                                                                                   \
+        }                                                                                                       \
+        if (!U_NOM6) /* timing only: without M6 */                                                              \
+            for (int jg = 0; jg < 4; jg++)                                                                      \
+                t_acc##SFX(kb, f32, qt, 5, jg, acc), quarters##SFX(acc, qd), store_t(m, 5, jg, qd);             \
+        combine(m, out);                                                                                        \
     }
+#define T_ONE_z(c) t_acc_z(k, 0, qt, c, jg, acc), quarters_z(acc, qd), store_t(m, c, jg, qd);
+#define T_ONE_y(c) t_acc_y(k, 0, qt, c, jg, acc), quarters_y(acc, qd), store_t(m, c, jg, qd);
+#ifndef T_ONECV
+#define T_ONECV 0
+#endif
+#ifndef U_ALL13
+#define U_ALL13 0
+#endif
+#ifndef U_NOM6
+#define U_NOM6 0
+#endif
+TILES(_z, __m512, 16, _mm512_load_ps, CV, _mm512_add_ps, _mm512_sub_ps, _mm512_fmadd_ps, _mm512_setzero_ps)
+TILES(_y, __m256, 8, _mm256_load_ps, CVY, _mm256_add_ps, _mm256_sub_ps, _mm256_fmadd_ps, _mm256_setzero_ps)
+
+__attribute__((noinline)) static void qk_strassen_t(const char *k, const float *qt, float *out, float *m) {
+    strassen_turns_z(k, qt, out, m);
+}
+__attribute__((noinline)) static void qk_strassen_u(const char *k, const float *qt, float *out, float *m) {
+    strassen_groups_z(k, 0, qt, out, m);
+}
+/* W: U with the block's K converted to f32 once (kf, 32 rows x 512, 64 KiB) and every tile loading it */
+__attribute__((noinline)) static void qk_strassen_w(const char *k, const float *qt, float *out, float *m, float *kf) {
+    for (int j = 0; j < 32; j++)
+        for (int d = 0; d < 512; d += 16) _mm512_store_ps(kf + j * 512 + d, CV(k + (size_t)j * S + d * 2));
+    strassen_groups_z(kf, 1, qt, out, m);
+}
+__attribute__((noinline)) static void qk_strassen_y(const char *k, const float *qt, float *out, float *m) {
+    strassen_turns_y(k, qt, out, m);
 }
 __attribute__((noinline)) static void qk_strassen_z(const char *k, const float *qt, float *out, float *m) {
-    for (int j = 0; j < 16; j += 2) {
-        z_pair(k, qt, m, 1, 3, j);
-        z_pair(k, qt, m, 4, 6, j);
-        z_pair(k, qt, m, 0, 2, j);
-    }
-    for (int jg = 0; jg < 4; jg++) y_tile(k, qt, m, 5, jg);
-    combine(m, out);
+    strassen_groups_y(k, 0, qt, out, m);
 }
 
 /* V: U's tiles, but each tile's 16 sums go unreduced into the C blocks' vectors in memory (cv[h][p], 8 heads x 32
@@ -415,9 +354,9 @@ __attribute__((noinline)) static void qk_strassen_v(const char *k, const float *
     for (int j = 0; j < 16; j += 2)
         for (int g = 0; g < 3; g++) {
             /* each call with constant products, so that kcomb's switch folds */
-            if (g == 0) pair_acc(k, 0, qt, 1, 3, j, acc);
-            else if (g == 1) pair_acc(k, 0, qt, 4, 6, j, acc);
-            else pair_acc(k, 0, qt, 0, 2, j, acc);
+            if (g == 0) pair_acc_z(k, 0, qt, 1, 3, j, acc);
+            else if (g == 1) pair_acc_z(k, 0, qt, 4, 6, j, acc);
+            else pair_acc_z(k, 0, qt, 0, 2, j, acc);
             for (int i = 0; i < 4; i++)
                 for (int p = 0; p < 2; p++) {
                     const __m512 x = acc[i * 2 + p], y = acc[8 + i * 2 + p];
@@ -437,7 +376,7 @@ __attribute__((noinline)) static void qk_strassen_v(const char *k, const float *
                 }
         }
     for (int jg = 0; jg < 4; jg++) { /* M6: C22 += M6 */
-        t_acc(k, 0, qt, 5, jg, acc);
+        t_acc_z(k, 0, qt, 5, jg, acc);
         for (int i = 0; i < 4; i++)
             for (int jj = 0; jj < 4; jj++) VADD(4 + i, 16 + 4 * jg + jj, acc[i * 4 + jj]);
     }

@@ -24,9 +24,11 @@ static inline uint32_t fdec_cpu_padded_dim(uint32_t D) { return (D + 15) / 16 * 
 #endif
 
 /* Floats of work (sT) one kernel call needs for H heads: a block's scores of every head (H x NB), then for each head
- * the totals of the groups before the current one in double (Dp of o, then l and their max, padded to Dp + 16). */
+ * the totals of the groups before the current one in double (Dp of o, then l and their max, padded to Dp + 16), then
+ * room for a chunk's own state (o, m, l; fdec_cpu_range.own), a multiple of 16 floats in all. */
 static inline size_t fdec_cpu_work_floats(uint32_t H, uint32_t D) {
-    return (size_t)H * (FDEC_CPU_NB + 2 * ((size_t)fdec_cpu_padded_dim(D) + 16));
+    const size_t Dp = fdec_cpu_padded_dim(D);
+    return (size_t)H * (FDEC_CPU_NB + 2 * (Dp + 16)) + (size_t)H * Dp + (2 * (size_t)H + 15) / 16 * 16;
 }
 
 typedef struct {
@@ -50,6 +52,9 @@ uint32_t fdec_cpu_pf_blocks(void);
 typedef struct {
     uint64_t t0, t1, pf_end;
     int ramp;
+    /* 1: the chunk sums into its own copy of the state in the work area and writes m, l and o once, at its end (cpu.c:
+     * where each thread runs one chunk a call) */
+    int own;
 } fdec_cpu_range;
 
 /* Partial state of all H heads over the positions of r: m[H], l[H], o[H][Dp]. sT: fdec_cpu_work_floats(H, D) floats

@@ -21,6 +21,8 @@
 #include "cpu.h"
 #include "simd.h"
 
+#include <string.h>
+
 #define CAT2(a, b) a##_##b
 #define CAT(a, b) CAT2(a, b)
 #define FN(name) CAT(name, ISA_NAME)
@@ -414,6 +416,21 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
      * add_groups), untouched in a chunk of one group (1,024 positions) */
     double *const tot = (double *)(sT + (size_t)a->H * NB); /* 8-byte aligned: H x NB floats on from sT */
     uint32_t nblk = 0, ngroups = 0; /* blocks of the current group done; groups in tot */
+    /* rg->own: the sums go to the work area's copy of the state, after the totals, and m, l and o only at the end */
+    float *const m_out = m, *const l_out = l, *const o_out = o;
+    if (rg->own) {
+        o = (float *)(tot + (size_t)a->H * (Dp + 16));
+        m = o + (size_t)a->H * Dp;
+        l = m + a->H;
+    }
+#define STATE_OUT()                                                                                             \
+    do {                                                                                                        \
+        if (rg->own) {                                                                                          \
+            memcpy(o_out, o, (size_t)a->H * Dp * sizeof(float));                                                \
+            memcpy(m_out, m, a->H * sizeof(float));                                                             \
+            memcpy(l_out, l, a->H * sizeof(float));                                                             \
+        }                                                                                                       \
+    } while (0)
     for (uint32_t h = 0; h < a->H; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
@@ -428,7 +445,10 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
 #define BLOCK_AT(t, row, nb) BLOCK_IN(t, t1, row, nb)
     const char *kc = (const char *)a->k, *vc = (const char *)a->v;
     const size_t hb = D * es; /* bytes of one KV head's part of a row */
-    if (t0 >= t1) return;
+    if (t0 >= t1) {
+        STATE_OUT();
+        return;
+    }
     if (rg->ramp) { /* the chunk's first block: all of it at once, or with FDEC_CPU_RAMP its first KV head */
         BLOCK_AT(t0, row, nb)
         for (uint32_t g = 0; g < (FDEC_CPU_RAMP ? 1 : a->G); g++)
@@ -494,6 +514,8 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
         }
     }
     if (ngroups) add_groups(tot, o, l, m, a->H, Dp, 0, 0); /* the state: the totals and the last group */
+    STATE_OUT();
+#undef STATE_OUT
 #undef BLOCK_AT
 #undef BLOCK_IN
 }

@@ -14,7 +14,7 @@
  * each takes a 4-byte load, and a 256-bit q load goes with every P of them.
  * Forms, alternated round by round:
  *   F  FMAs alone in registers, as many as kern.h's tile (8192 a block)
- *   A  kern.h's qk_tile at 8 heads (as in qk_strassen.c)
+ *   A  kern.h's qk_tile at 8 heads (qk_tiles.h, as in qk_strassen.c)
  *   Hp.u  heads in lanes, P positions a tile, U accumulators a position
  * Prints the largest error of each against float64 and us a block, medians of 15 rounds. Argument: bytes of K
  * cycled through (1 MiB: L2).
@@ -27,46 +27,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "fma16.h" /* now() */
-#define FDEC_ISA 2
-#include "../../src/cpu/simd.h" /* vreduce_vec: kern.h's transposed reduction */
+#include "qk_tiles.h" /* S, CV, qk_kern (A), qk_fma (F), cmpd, h2d */
 
-#define S 2048 /* bytes a row: 2 KV heads x 512 f16 */
-#define CV(p) _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(p)))
-
-/* F: the FMAs alone */
-__attribute__((noinline)) static void qk_fma(const char *k, const float *q, float *out, float *kf) {
-    (void)k, (void)kf;
-    __m512 a[16];
-    for (int i = 0; i < 16; i++) a[i] = _mm512_loadu_ps(out + i * 16);
-    const __m512 b = _mm512_set1_ps(q[0]), c = _mm512_set1_ps(q[1]);
-    for (int n = 0; n < 16 * 32; n++) _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) a[i] =
-        _mm512_fmadd_ps(a[i], b, c);
-    for (int i = 0; i < 16; i++) _mm512_storeu_ps(out + i * 16, a[i]);
-}
-
-/* A: kern.h's tile; out[t * 16 + h * 2 + p] = score of head h, position 2t + p */
-__attribute__((noinline)) static void qk_kern(const char *k, const float *q, float *out, float *kf) {
-    (void)kf;
-    for (int t = 0; t < 16; t++) {
-        __m512 acc[16];
-        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-        const char *k0 = k + (size_t)(2 * t) * S, *k1 = k0 + S;
-        for (int d = 0; d < 512; d += 16) {
-            __m512 qv[8];
-            for (int h = 0; h < 8; h++) {
-                qv[h] = _mm512_loadu_ps(q + h * 512 + d);
-                __asm__("" : "+v"(qv[h])); /* kern.h's vpin */
-            }
-            const __m512 kv0 = CV(k0 + d * 2), kv1 = CV(k1 + d * 2);
-            for (int h = 0; h < 8; h++) {
-                acc[h * 2] = _mm512_fmadd_ps(kv0, qv[h], acc[h * 2]);
-                acc[h * 2 + 1] = _mm512_fmadd_ps(kv1, qv[h], acc[h * 2 + 1]);
-            }
-        }
-        _mm512_storeu_ps(out + t * 16, vreduce_vec(acc));
-    }
-}
+/* F and A behind this file's signature (kf unused) */
+static void f_fma(const char *k, const float *q, float *out, float *kf) { (void)kf, qk_fma(k, q, out); }
+static void f_kern(const char *k, const float *q, float *out, float *kf) { (void)kf, qk_kern(k, q, out); }
 
 /* H: qT[d * 8 + h] = q[h][d]; out[j * 8 + h] */
 #define HLANES(P, U)                                                                                            \
@@ -97,13 +62,6 @@ HLANES(4, 4)
 HLANES(8, 2)
 HLANES(2, 4)
 
-static int cmpd(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double h2d(uint16_t h) { return (double)_cvtsh_ss(h); }
-
 typedef void form_fn(const char *k, const float *q, float *out, float *kf);
 
 int main(int argc, char **argv) {
@@ -113,7 +71,7 @@ int main(int argc, char **argv) {
         int lay; /* out's layout: 0 A's, 1 [j][h], -1 no scores */
         int qt;  /* takes qT */
         const char *name;
-    } F[NF] = {{qk_fma, -1, 0, "F (8192 FMAs)"},     {qk_kern, 0, 0, "A (kern.h's tile)"},
+    } F[NF] = {{f_fma, -1, 0, "F (8192 FMAs)"},      {f_kern, 0, 0, "A (kern.h's tile)"},
                {qk_lanes_4_2, 1, 1, "H4.2 (heads in lanes)"}, {qk_lanes_4_4, 1, 1, "H4.4"},
                {qk_lanes_8_2, 1, 1, "H8.2"},           {qk_lanes_2_4, 1, 1, "H2.4"}};
     const size_t span = argc > 1 ? (size_t)atol(argv[1]) : 1 << 20;
@@ -122,19 +80,14 @@ int main(int argc, char **argv) {
     float *q = aligned_alloc(64, 8 * 512 * 4), *qT = aligned_alloc(64, 8 * 512 * 4);
     float *out = aligned_alloc(64, NF * 256 * 4), *kf = aligned_alloc(64, 8 * 512 * 4);
     if (!k || !q || !qT || !out || !kf) return 1;
-    srand(1);
-    for (size_t i = 0; i < (size_t)S * 32 * nblk; i += 2) /* f16 in +-[0.5, 1) */
-        *(uint16_t *)(k + i) = (uint16_t)(0x3800 | (rand() & 0x3ff) | ((rand() & 1) << 15));
-    for (int i = 0; i < 8 * 512; i++) q[i] = ((float)(rand() & 0xffffff) / 16777216.0f - 0.5f) * 0.1f;
+    fill_inputs(k, nblk, q);
     for (int h = 0; h < 8; h++)
         for (int d = 0; d < 512; d++) qT[d * 8 + h] = q[h * 512 + d];
     double err[NF] = {0}, mx = 0;
     for (int f = 0; f < NF; f++) F[f].fn(k, F[f].qt ? qT : q, out + f * 256, kf);
     for (int h = 0; h < 8; h++)
         for (int p = 0; p < 32; p++) {
-            double r = 0;
-            for (int d = 0; d < 512; d++)
-                r += (double)q[h * 512 + d] * h2d(*(const uint16_t *)(k + (size_t)p * S + d * 2));
+            const double r = ref_score(k, q, h, p);
             mx = fmax(mx, fabs(r));
             const int at[2] = {(p / 2) * 16 + h * 2 + p % 2, p * 8 + h};
             for (int f = 0; f < NF; f++)

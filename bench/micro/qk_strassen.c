@@ -39,13 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fma16.h" /* now() */
-#define FDEC_ISA 2
-#include "../../src/cpu/simd.h" /* vreduce_vec: kern.h's transposed reduction */
-
-#define S 2048 /* bytes a row: 2 KV heads x 512 f16 */
-#define NBR 32 /* rows a block */
-#define CV(p) _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(p)))
+#include "qk_tiles.h" /* S, NBR, CV, CVY, KERN_TILE, qk_kern (A), qk_fma (F), cmpd, h2d */
 
 #define AI static inline __attribute__((always_inline))
 #define ALL7(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
@@ -58,32 +52,6 @@ AI void cquads(const __m512 *r, __m512 *c) {
     c[1] = _mm512_add_ps(r[2], r[4]);
     c[2] = _mm512_add_ps(r[1], r[3]);
     c[3] = _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(r[0], r[1]), r[2]), r[5]);
-}
-/* A: out[t * 16 + h * 2 + p] = score of head h, position 2t + p. The tile is written once for both vector widths:
- * A in 512-bit vectors, B (row 77's control) in 256-bit ones, with their own conversion and reduction. */
-#define CVY(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define KERN_TILE(VT, W, LOADU, CVT, FMA, ZERO, REDUCE_STORE)                                                  \
-    for (int t = 0; t < 16; t++) {                                                                              \
-        VT acc[16];                                                                                             \
-        for (int i = 0; i < 16; i++) acc[i] = ZERO();                                                           \
-        const char *k0 = k + (size_t)(2 * t) * S, *k1 = k0 + S;                                                 \
-        for (int d = 0; d < 512; d += W) {                                                                      \
-            VT qv[8];                                                                                           \
-            for (int h = 0; h < 8; h++) {                                                                       \
-                qv[h] = LOADU(q + h * 512 + d);                                                                 \
-                __asm__("" : "+v"(qv[h])); /* kern.h's vpin */                                                  \
-            }                                                                                                   \
-            const VT kv0 = CVT(k0 + d * 2), kv1 = CVT(k1 + d * 2);                                              \
-            for (int h = 0; h < 8; h++) {                                                                       \
-                acc[h * 2] = FMA(kv0, qv[h], acc[h * 2]);                                                       \
-                acc[h * 2 + 1] = FMA(kv1, qv[h], acc[h * 2 + 1]);                                               \
-            }                                                                                                   \
-        }                                                                                                       \
-        REDUCE_STORE(acc, out + t * 16);                                                                        \
-    }
-#define STORE_Z(acc, o) _mm512_storeu_ps((o), vreduce_vec(acc))
-__attribute__((noinline)) static void qk_kern(const char *k, const float *q, float *out) {
-    KERN_TILE(__m512, 16, _mm512_loadu_ps, CV, _mm512_fmadd_ps, _mm512_setzero_ps, STORE_Z)
 }
 
 /* q's 7 combinations, qc[((s * 7 + c) * 4 + i) * 16]: step s (dimensions 32 s + [0, 16) even, + [16, 32) odd), product
@@ -388,23 +356,7 @@ __attribute__((noinline)) static void qk_strassen_v(const char *k, const float *
     }
 }
 
-/* as many FMAs as qk_kern's (8192), 16 chains in registers */
-__attribute__((noinline)) static void qk_fma(const char *k, const float *q, float *out) {
-    (void)k;
-    __m512 a[16];
-    for (int i = 0; i < 16; i++) a[i] = _mm512_loadu_ps(out + i * 16);
-    const __m512 b = _mm512_set1_ps(q[0]), c = _mm512_set1_ps(q[1]);
-    for (int n = 0; n < 16 * 32; n++) _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) a[i] =
-        _mm512_fmadd_ps(a[i], b, c);
-    for (int i = 0; i < 16; i++) _mm512_storeu_ps(out + i * 16, a[i]);
-}
 
-static int cmpd(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double h2d(uint16_t h) { return (double)_cvtsh_ss(h); }
 
 /* B: kern.h's tile (A) in 256-bit vectors: 16 accumulators of 8 lanes, 256-bit conversions; out as A's */
 #define STORE_Y(acc, o)                                                                                         \
@@ -469,10 +421,7 @@ int main(int argc, char **argv) {
     float *qt = aligned_alloc(64, 16 * 7 * 4 * 16 * 4), *out = aligned_alloc(64, NF * 256 * 4);
     float *scr = aligned_alloc(64, (512 + 32 * 512) * 4);
     if (!k || !q || !qc || !qt || !out || !scr) return 1;
-    srand(1);
-    for (size_t i = 0; i < (size_t)S * NBR * nblk; i += 2) /* f16 in +-[0.5, 1) */
-        *(uint16_t *)(k + i) = (uint16_t)(0x3800 | (rand() & 0x3ff) | ((rand() & 1) << 15));
-    for (int i = 0; i < 8 * 512; i++) q[i] = ((float)(rand() & 0xffffff) / 16777216.0f - 0.5f) * 0.1f;
+    fill_inputs(k, nblk, q);
     q_combos(q, qc);
     q_combos_t(qc, qt);
     /* errors against float64, block 0 */
@@ -480,9 +429,7 @@ int main(int argc, char **argv) {
     for (int f = 0; f < NF; f++) F[f].fn(k, q, qc, qt, out + f * 256, scr);
     for (int h = 0; h < 8; h++)
         for (int p = 0; p < 32; p++) {
-            double r = 0;
-            for (int d = 0; d < 512; d++)
-                r += (double)q[h * 512 + d] * h2d(*(const uint16_t *)(k + (size_t)p * S + d * 2));
+            const double r = ref_score(k, q, h, p);
             mx = fmax(mx, fabs(r));
             const int at[3] = {(p / 2) * 16 + h * 2 + p % 2, (p % 16) * 16 + ((h >= 4) * 2 + (p >= 16)) * 4 + h % 4,
                                h * 32 + p};

@@ -58,7 +58,8 @@ typedef struct {
 } fdec_cpu_range;
 
 /* Partial state of all H heads over the positions of r: m[H], l[H], o[H][Dp]. sT: fdec_cpu_work_floats(H, D) floats
- * of work (the scores of a block, every KV head's with FDEC_CPU_ROWMAJOR, and the earlier groups' totals: kern.h). */
+ * of work (the scores of a block, every KV head's with FDEC_CPU_ROWMAJOR, the earlier groups' totals and, with r->own,
+ * the chunk's own copy of its state: kern.h). */
 typedef void (*fdec_cpu_chunk_fn)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *m, float *l, float *o,
                                   float *sT);
 

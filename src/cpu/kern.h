@@ -74,7 +74,8 @@ ALWAYS_INLINE void prefetch_head(const char *k, const char *v, size_t off, uint6
 
 /* ---- 1. scores: sT[h][j] = dot(q[h], K[j]) for HT heads from h0, all j < nb ---- */
 ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const float *q, uint32_t Dp, float *sT,
-                           const char *kn, uint32_t nn, const uint32_t D, const fdec_dtype T, const uint32_t HT) {
+                           const char *kn, uint32_t nn, const uint32_t D, const fdec_dtype T, const uint32_t HT,
+                           const char *vx) {
     const uint32_t P = NACC / HT; /* HT divides NACC: P * HT == NACC accumulators, one transposed reduction */
     const size_t es = fdec_dtype_size(T);
     const int spread = D % VW == 0 && D * es >= 512;
@@ -92,10 +93,15 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
             kr[p] = kb + (size_t)j * kstride;
         }
         for (uint32_t i = 0; i < NACC; i++) acc[i] = vzero();
+        const uintptr_t dv = (uintptr_t)vx - (uintptr_t)kb; /* K row -> V row: one register, not another pointer */
         uint32_t d = 0;
         for (; d + VW <= D; d += VW) {
-            if (spread && (d * es) % 64 == 0)
+            if (spread && (d * es) % 64 == 0) {
                 for (uint32_t p = 0; p < npf; p++) PF_LINE(kn + (size_t)(j0 + p) * kstride + d * es);
+                if (vx) /* the second ask for this block's V rows (see FDEC_CPU_CROSS) */
+                    for (uint32_t p = 0; p < P; p++)
+                        if (j0 + p < nb) PF_LINE((const char *)((uintptr_t)kr[p] + d * es + dv));
+            }
             V qv[8];
             for (uint32_t h = 0; h < HT; h++) {
                 qv[h] = vloadf(q + (size_t)h * Dp + d);
@@ -248,7 +254,7 @@ ALWAYS_INLINE void pv_heads(const char *vb, size_t vstride, uint32_t nb, const f
      m##k##2 = vfma_bcast(a + (k) * 4 * NP + 2 * NP, (b), m##k##2),                                              \
      m##k##3 = vfma_bcast(a + (k) * 4 * NP + 3 * NP, (b), m##k##3))
 ALWAYS_INLINE void pv_strassen(const char *vb, size_t vstride, const float *sT, float *o, uint32_t Dp,
-                               const char *vn, uint32_t nn, const uint32_t D) {
+                               const char *vn, uint32_t nn, const uint32_t D, const char *kx) {
     enum { NP = NB / 2 };
     _Static_assert(NP == VW, "a vector of the weights' combinations holds one per row pair");
     /* ac[(k * 4 + i) * NP + j]: product k's weight for head row i (heads i, i + 4) and row pair j (rows j, j + NP):
@@ -267,10 +273,14 @@ ALWAYS_INLINE void pv_strassen(const char *vb, size_t vstride, const float *sT, 
           m60 = z, m61 = z, m62 = z, m63 = z;
         const float *a = ac;
         const char *r1 = vb + (size_t)d0 * 2, *p1 = vn + (size_t)d0 * 2;
+        const uintptr_t dk = (uintptr_t)kx - (uintptr_t)vn; /* V row -> K row of the next block */
         for (uint32_t j = 0; j < NP; j++, a++, r1 += vstride, p1 += vstride) {
-            /* this strip's line of the next block's rows j and j + NP (as pv_tile asks for its strip's) */
+            /* this strip's line of the next block's rows j and j + NP (as pv_tile asks for its strip's), and with kx
+             * the same lines of its K rows a second time (FDEC_CPU_CROSS) */
             if (j < nn) PF_LINE(p1);
             if (j + NP < nn) PF_LINE(p1 + NP * vstride);
+            if (kx && j < nn) PF_LINE((const char *)((uintptr_t)p1 + dk));
+            if (kx && j + NP < nn) PF_LINE((const char *)((uintptr_t)p1 + NP * vstride + dk));
             const char *r2 = r1 + NP * vstride;
             const V v11 = vload_kv(r1, FDEC_F16), v22 = vload_kv(r2 + 2 * VW, FDEC_F16);
             SP_FB4(0, vadd(v11, v22));
@@ -300,6 +310,25 @@ ALWAYS_INLINE void pv_strassen(const char *vb, size_t vstride, const float *sT, 
 #undef SP_FB4
 #endif
 
+/* 1: where the output pass is pv_strassen's (the shape below), each pass asks a second time for the lines that the
+ * other pass reads next: the score pass for this block's V rows (first asked for in the last block's output pass),
+ * the output pass for the next block's K rows (first asked for in this block's score pass). A line already in L2
+ * costs the second ask little; a first ask that did not bring its line gets another, half a block ahead (Zen 4 has
+ * been measured to drop some prefetcht1 asks, arXiv 2411.02814; the gain fits that, which is not proven here). The
+ * Gemma 4 full layer from DRAM with 2 threads 2.4-2.9% faster at 32k (medians of three sets), 1.6-2.9% at 131k,
+ * 2.4-2.9% at 1k, 3.4% with one thread; even in L2 (paired both ways; bench/NOTES.md, CPU log row 80). The score
+ * pass's ask alone was even, the output pass's alone 2.0% faster. Not taken elsewhere: with bf16 V at head_dim 512
+ * (pv_tile's output pass) pv_tile's ask made the call 4% slower, and the Gemma 4 sliding geometry (row-major scores)
+ * came out 2.3-4.4% faster from DRAM but 2.2-8.7% slower in L2, where its tiles would ask for a line every 2 FMAs. */
+#ifndef FDEC_CPU_CROSS
+#define FDEC_CPU_CROSS 1
+#endif
+#if FDEC_ISA == 2 && FDEC_CPU_STRASSEN && FDEC_CPU_CROSS
+#define CROSS_SHAPE(D, T, R) ((D) == 512 && (T) == FDEC_F16 && (R) == 8)
+#else
+#define CROSS_SHAPE(D, T, R) 0
+#endif
+
 /* Splits R heads into register tiles of 8, 4, 2 and 1 and runs `step` on each. */
 #define FOR_HEAD_TILES(R, h0, HT, step)                                                                         \
     do {                                                                                                        \
@@ -316,7 +345,7 @@ ALWAYS_INLINE void pv_strassen(const char *vb, size_t vstride, const float *sT, 
 /* Steps 2 and 3 of a block for the R heads of one KV head, whose scores are in sT (R rows of NB). */
 ALWAYS_INLINE void block_out(const char *vb, size_t rstride, uint32_t nb, const char *vn, uint32_t nn, uint32_t R,
                              uint32_t Dp, float *m, float *l, float *o, float *sT, const uint32_t D,
-                             const fdec_dtype T) {
+                             const fdec_dtype T, const char *kx) {
     for (uint32_t h = 0; h < R; h++) softmax_step(sT + (size_t)h * NB, nb, m + h, l + h, o + (size_t)h * Dp, Dp);
 #if FDEC_ISA == 2 && FDEC_CPU_STRASSEN
     /* head_dim 512 only, the one shape it was measured on: compiled into the other head_dims' copies, it cost
@@ -325,10 +354,12 @@ ALWAYS_INLINE void block_out(const char *vb, size_t rstride, uint32_t nb, const 
         int finite = 1;
         for (uint32_t h = 0; h < 8; h++) finite &= isfinite(l[h]) != 0;
         if (finite) {
-            pv_strassen(vb, rstride, sT, o, Dp, vn, nn, D);
+            pv_strassen(vb, rstride, sT, o, Dp, vn, nn, D, kx);
             return;
         }
     }
+#else
+    (void)kx;
 #endif
     FOR_HEAD_TILES(R, h0, HT,
                    pv_heads(vb, rstride, nb, sT + (size_t)h0 * NB, o + (size_t)h0 * Dp, Dp, vn, h0 ? 0 : nn, D, T, HT));
@@ -337,9 +368,11 @@ ALWAYS_INLINE void block_out(const char *vb, size_t rstride, uint32_t nb, const 
 ALWAYS_INLINE void block(const char *kb, const char *vb, size_t rstride, uint32_t nb, const char *kn,
                          const char *vn, uint32_t nn, const float *q, uint32_t R, uint32_t Dp, float *m, float *l,
                          float *o, float *sT, const uint32_t D, const fdec_dtype T) {
+    const int cross = CROSS_SHAPE(D, T, R);
     FOR_HEAD_TILES(R, h0, HT,
-                   qk_tile(kb, rstride, nb, q + (size_t)h0 * Dp, Dp, sT + (size_t)h0 * NB, kn, h0 ? 0 : nn, D, T, HT));
-    block_out(vb, rstride, nb, vn, nn, R, Dp, m, l, o, sT, D, T);
+                   qk_tile(kb, rstride, nb, q + (size_t)h0 * Dp, Dp, sT + (size_t)h0 * NB, kn, h0 ? 0 : nn, D, T, HT,
+                           cross && !h0 ? vb : NULL));
+    block_out(vb, rstride, nb, vn, nn, R, Dp, m, l, o, sT, D, T, cross ? kn : NULL);
 }
 
 /* The earlier groups' totals of each head, in double, Dp + 16 apart in tot: o's in the first Dp, then l and the
@@ -399,7 +432,7 @@ ALWAYS_INLINE void qk_rowmajor(const char *kb, size_t rstride, size_t hstride, u
             const size_t hq = (size_t)g * R;
             FOR_HEAD_TILES(R, h0, HT,
                            qk_tile(kg, rstride, jn, q + (hq + h0) * Dp, Dp, sT + (hq + h0) * NB + j0, kng, h0 ? 0 : pn,
-                                   D, T, HT));
+                                   D, T, HT, NULL));
         }
     }
 }
@@ -497,7 +530,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
             for (uint32_t g = 0; g < a->G; g++) {
                 const size_t hq = (size_t)g * R;
                 block_out(vb + g * hstride, rstride, (uint32_t)nb, vn + g * hstride, (uint32_t)nnb, R, Dp, m + hq,
-                          l + hq, o + hq * Dp, sT + hq * NB, D, T);
+                          l + hq, o + hq * Dp, sT + hq * NB, D, T, NULL);
             }
         } else
             for (uint32_t g = 0; g < a->G; g++) {

@@ -319,7 +319,8 @@ ALWAYS_INLINE void pv_strassen(const char *vb, size_t vstride, const float *sT, 
  * 2.4-2.9% at 1k, 3.4% with one thread; even in L2 (paired both ways; bench/NOTES.md, CPU log row 80). The score
  * pass's ask alone was even, the output pass's alone 2.0% faster. Not taken elsewhere: with bf16 V at head_dim 512
  * (pv_tile's output pass) pv_tile's ask made the call 4% slower, and the Gemma 4 sliding geometry (row-major scores)
- * came out 2.3-4.4% faster from DRAM but 2.2-8.7% slower in L2, where its tiles would ask for a line every 2 FMAs. */
+ * came out 2.3-4.4% faster from DRAM but 2.2-8.7% slower in L2, where its tiles would ask for a line every 2 FMAs.
+ * Measured on Zen 4 only; FDEC_CPU_CROSS=0 leaves the second asks out. */
 #ifndef FDEC_CPU_CROSS
 #define FDEC_CPU_CROSS 1
 #endif

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""table_medians.py — medians of the 2-thread cases over several runs of `flashdec bench` (bench/NOTES.md, CPU session 41).
+
+Reads the printed tables of any number of runs (one file may hold several) and prints, for each preset and context,
+the median % of the floor over the valid cases, their range, and the median over every case. A case is left out when
+the read ceiling taken right before it read 43-60 GB/s (this host's half-speed state, NOTES "The machine's two
+states": its floor is then not what the kernel can reach), for the Gemma 4 full layer (an FMA floor) also when its
+run read the FMA peak under 200 GFLOP/s (the other core taken), and any case under 60% (a case run at half speed).
+
+    python3 bench/micro/table_medians.py RUN.txt [RUN.txt ...]
+"""
+import re
+import statistics
+import sys
+
+PRESETS = ("llama3-8b", "lfm2", "gemma4-sliding-full", "gemma4-full")
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    cases = {}
+    for path in sys.argv[1:]:
+        peak = None
+        with open(path) as f:
+            for line in f:
+                m = re.search(r"f32 FMA peak (\d+)", line)
+                if m:
+                    peak = int(m.group(1))
+                    continue
+                w = line.split()
+                if len(w) < 11 or w[0] not in PRESETS or w[2] != "2":
+                    continue
+                ceil, pct = float(w[6]), float(w[8].rstrip("%"))
+                valid = not (43 <= ceil <= 60) and pct >= 60
+                if w[0] == "gemma4-full" and (peak is None or peak < 200):
+                    valid = False
+                cases.setdefault((w[0], int(w[1])), []).append((pct, valid))
+    for (name, ctx), v in cases.items():
+        ok = sorted(p for p, good in v if good)
+        if not ok:
+            print("%-20s %6d  no valid case of %d" % (name, ctx, len(v)))
+            continue
+        print("%-20s %6d  valid %2d of %2d  median %.1f  range %.1f-%.1f  all-median %.1f"
+              % (name, ctx, len(ok), len(v), statistics.median(ok), ok[0], ok[-1],
+                 statistics.median(p for p, _ in v)))
+
+
+if __name__ == "__main__":
+    main()

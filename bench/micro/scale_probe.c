@@ -17,11 +17,6 @@
 #define NAMP 4
 #define ROUNDS 3
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv) {
     if (argc < 7) {
         fprintf(stderr, "usage: %s D H G L threads calls\n", argv[0]);
@@ -64,8 +59,7 @@ int main(int argc, char **argv) {
                 }
                 t[c] = fd_now() - t0;
             }
-            qsort(t, (size_t)calls, sizeof(double), cmp_double);
-            med[r][a] = t[calls / 2] * 1e6;
+            med[r][a] = fd_median(t, calls) * 1e6;
         }
     for (int a = 0; a < NAMP; a++) {
         double *ref = malloc((size_t)layer.num_q_heads * layer.head_dim * sizeof(double));

@@ -277,10 +277,10 @@ static void run_one(const run_ctx *r, const fdec_cpu_args *a, uint32_t c, uint64
     /* One chunk a run (the calls under LONG_CALL_BYTES) on several threads: the chunk sums into its run's work area
      * and writes its state once, at its end. The likely cause of the gain: the state's lines were read by the other
      * thread in the last call's merge, and summing into them block by block waited on them. 2 threads from DRAM,
-     * paired in both orders: no case's median slower; LFM2 1k 1-2% faster in most minutes and 14-19% in the minutes when both builds'
-     * calls ran ~40% slow (~115 us instead of ~80), Llama-3-8B 4k up to 14%, the Gemma 4 full layer 1k and 4k up to
-     * 5-7%. For every chunk it was even for the Gemma 4 full layer at 32k and 1.5-4% slower for Llama-3-8B at 32k
-     * (bench/NOTES.md, CPU log row 79). */
+     * paired in both orders: no case's median slower; LFM2 1k 1-2% faster in most minutes and 14-19% in the minutes
+     * when both builds' calls ran ~40% slow (~115 us instead of ~80), Llama-3-8B 4k up to 14%, the Gemma 4 full layer
+     * 1k and 4k up to 5-7%. For every chunk it was even for the Gemma 4 full layer at 32k and 1.5-4% slower for
+     * Llama-3-8B at 32k (bench/NOTES.md, CPU log row 79). */
     const fdec_cpu_range rg = {r->bound[c], r->bound[c + 1], pf_end, ramp, r->runs > 1 && r->nc == r->runs};
     r->c->chunk(a, &rg, r->m + (size_t)c * a->H, r->l + (size_t)c * a->H,
                 r->o + (size_t)c * a->H * fdec_cpu_padded_dim(a->D), work);

@@ -235,6 +235,13 @@ ALWAYS_INLINE void pv_heads(const char *vb, size_t vstride, uint32_t nb, const f
 #ifndef FDEC_CPU_STRASSEN
 #define FDEC_CPU_STRASSEN 1
 #endif
+/* The shape whose whole blocks of finite weights take pv_strassen (block_out) and whose passes ask twice for their
+ * lines (FDEC_CPU_CROSS): measured there only (CPU log rows 73 and 80). */
+#if FDEC_ISA == 2 && FDEC_CPU_STRASSEN
+#define STRASSEN_SHAPE(D, T, R) ((D) == 512 && (T) == FDEC_F16 && (R) == 8)
+#else
+#define STRASSEN_SHAPE(D, T, R) 0
+#endif
 #if FDEC_ISA == 2 && FDEC_CPU_STRASSEN
 /* The output pass of 8 heads over a whole block of f16 V by one level of Strassen's product (AVX-512 only): the block
  * is O[8 x D] += P[8 x NB] V[NB x D], and Strassen's 2 x 2 scheme does it in 7 block products instead of 8, i.e. 7/8
@@ -310,7 +317,7 @@ ALWAYS_INLINE void pv_strassen(const char *vb, size_t vstride, const float *sT, 
 #undef SP_FB4
 #endif
 
-/* 1: where the output pass is pv_strassen's (the shape below), each pass asks a second time for the lines that the
+/* 1: at STRASSEN_SHAPE, where the output pass is pv_strassen's, each pass asks a second time for the lines that the
  * other pass reads next: the score pass for this block's V rows (first asked for in the last block's output pass),
  * the output pass for the next block's K rows (first asked for in this block's score pass). A line already in L2
  * costs the second ask little; a first ask that did not bring its line gets another, half a block ahead (Zen 4 has
@@ -324,11 +331,7 @@ ALWAYS_INLINE void pv_strassen(const char *vb, size_t vstride, const float *sT, 
 #ifndef FDEC_CPU_CROSS
 #define FDEC_CPU_CROSS 1
 #endif
-#if FDEC_ISA == 2 && FDEC_CPU_STRASSEN && FDEC_CPU_CROSS
-#define CROSS_SHAPE(D, T, R) ((D) == 512 && (T) == FDEC_F16 && (R) == 8)
-#else
-#define CROSS_SHAPE(D, T, R) 0
-#endif
+#define CROSS_SHAPE(D, T, R) (FDEC_CPU_CROSS && STRASSEN_SHAPE(D, T, R))
 
 /* Splits R heads into register tiles of 8, 4, 2 and 1 and runs `step` on each. */
 #define FOR_HEAD_TILES(R, h0, HT, step)                                                                         \
@@ -351,7 +354,7 @@ ALWAYS_INLINE void block_out(const char *vb, size_t rstride, uint32_t nb, const 
 #if FDEC_ISA == 2 && FDEC_CPU_STRASSEN
     /* head_dim 512 only, the one shape it was measured on: compiled into the other head_dims' copies, it cost
      * Llama-3-8B (R = 4, which never takes it) 1-4% paired by changing their code (CPU log row 73) */
-    if (D == 512 && T == FDEC_F16 && R == 8 && nb == NB) {
+    if (STRASSEN_SHAPE(D, T, R) && nb == NB) {
         int finite = 1;
         for (uint32_t h = 0; h < 8; h++) finite &= isfinite(l[h]) != 0;
         if (finite) {
@@ -450,21 +453,15 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
      * add_groups), untouched in a chunk of one group (1,024 positions) */
     double *const tot = (double *)(sT + (size_t)a->H * NB); /* 8-byte aligned: H x NB floats on from sT */
     uint32_t nblk = 0, ngroups = 0; /* blocks of the current group done; groups in tot */
-    /* rg->own: the sums go to the work area's copy of the state, after the totals, and m, l and o only at the end */
+    /* rg->own: the sums go to the work area's copy of the state, after the totals, and m, l and o only at the end (an
+     * empty chunk writes its state in place) */
+    const int own = rg->own && t0 < t1;
     float *const m_out = m, *const l_out = l, *const o_out = o;
-    if (rg->own) {
+    if (own) {
         o = (float *)(tot + (size_t)a->H * (Dp + 16));
         m = o + (size_t)a->H * Dp;
         l = m + a->H;
     }
-#define STATE_OUT()                                                                                             \
-    do {                                                                                                        \
-        if (rg->own) {                                                                                          \
-            memcpy(o_out, o, (size_t)a->H * Dp * sizeof(float));                                                \
-            memcpy(m_out, m, a->H * sizeof(float));                                                             \
-            memcpy(l_out, l, a->H * sizeof(float));                                                             \
-        }                                                                                                       \
-    } while (0)
     for (uint32_t h = 0; h < a->H; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
@@ -479,10 +476,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
 #define BLOCK_AT(t, row, nb) BLOCK_IN(t, t1, row, nb)
     const char *kc = (const char *)a->k, *vc = (const char *)a->v;
     const size_t hb = D * es; /* bytes of one KV head's part of a row */
-    if (t0 >= t1) {
-        STATE_OUT();
-        return;
-    }
+    if (t0 >= t1) return;
     if (rg->ramp) { /* the chunk's first block: all of it at once, or with FDEC_CPU_RAMP its first KV head */
         BLOCK_AT(t0, row, nb)
         for (uint32_t g = 0; g < (FDEC_CPU_RAMP ? 1 : a->G); g++)
@@ -548,8 +542,11 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
         }
     }
     if (ngroups) add_groups(tot, o, l, m, a->H, Dp, 0, 0); /* the state: the totals and the last group */
-    STATE_OUT();
-#undef STATE_OUT
+    if (own) {
+        memcpy(o_out, o, (size_t)a->H * Dp * sizeof(float));
+        memcpy(m_out, m, a->H * sizeof(float));
+        memcpy(l_out, l, a->H * sizeof(float));
+    }
 #undef BLOCK_AT
 #undef BLOCK_IN
 }

@@ -7,6 +7,11 @@ the read ceiling taken right before it read 43-60 GB/s (this host's half-speed s
 states": its floor is then not what the kernel can reach), for the Gemma 4 full layer (an FMA floor) also when its
 run read the FMA peak under 200 GFLOP/s (the other core taken), and any case under 60% (a case run at half speed).
 
+A second table splits every case by the read ceiling taken right before it (session 42): under 43 GB/s (this host's
+usual ~31-37 GB/s minutes, the issue's "about 34 GB/s") and from 43 GB/s (the minutes in which the memory delivers
+~50-64 GB/s), with the median % of the floor of each, and the median and lowest GB/s of every case with how many reach
+29 GB/s (the issue's figure for the presets of 4 query heads a KV head).
+
     python3 bench/micro/table_medians.py RUN.txt [RUN.txt ...]
 """
 import re
@@ -19,7 +24,7 @@ PRESETS = ("llama3-8b", "lfm2", "gemma4-sliding-full", "gemma4-full")
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    cases = {}
+    cases, split = {}, {}
     for path in sys.argv[1:]:
         peak = None
         with open(path) as f:
@@ -36,6 +41,7 @@ def main():
                 if w[0] == "gemma4-full" and (peak is None or peak < 200):
                     valid = False
                 cases.setdefault((w[0], int(w[1])), []).append((pct, valid))
+                split.setdefault((w[0], int(w[1])), []).append((ceil, pct, float(w[5])))
     for (name, ctx), v in cases.items():
         ok = sorted(p for p, good in v if good)
         if not ok:
@@ -44,6 +50,15 @@ def main():
         print("%-20s %6d  valid %2d of %2d  median %.1f  range %.1f-%.1f  all-median %.1f"
               % (name, ctx, len(ok), len(v), statistics.median(ok), ok[0], ok[-1],
                  statistics.median(p for p, _ in v)))
+    print("\nby the read ceiling before the case: % of the floor (median, range) under 43 GB/s | from 43 GB/s; GB/s")
+    for (name, ctx), v in split.items():
+        def part(sel):
+            x = sorted(p for c, p, _ in v if sel(c))
+            return "n %2d  %5.1f (%5.1f-%5.1f)" % (len(x), statistics.median(x), x[0], x[-1]) if x else "n  0" + " " * 20
+        gbs = sorted(g for _, _, g in v)
+        print("%-20s %6d  %s | %s | GB/s median %.1f, lowest %.1f, %d of %d at 29 or more"
+              % (name, ctx, part(lambda c: c < 43), part(lambda c: c >= 43), statistics.median(gbs), gbs[0],
+                 sum(g >= 29 for g in gbs), len(gbs)))
 
 
 if __name__ == "__main__":

@@ -58,8 +58,9 @@ typedef enum { FDEC_F32 = 0, FDEC_F16, FDEC_BF16 } fdec_dtype;
 typedef enum { FDEC_BACKEND_CPU = 0, FDEC_BACKEND_CUDA } fdec_backend;
 
 /* Instruction-set path of the CPU backend. AUTO picks the best the CPU has; the others force one (a path the
- * CPU lacks is FDEC_EUNSUPPORTED). The environment variable FDEC_CPU_PATH=scalar|avx2|avx512 overrides AUTO. */
-typedef enum { FDEC_CPU_AUTO = 0, FDEC_CPU_SCALAR, FDEC_CPU_AVX2, FDEC_CPU_AVX512 } fdec_cpu_path;
+ * CPU lacks is FDEC_EUNSUPPORTED). AVX2 (with FMA and F16C) and AVX512 are x86-64's, NEON (Advanced SIMD) is
+ * AArch64's. The environment variable FDEC_CPU_PATH=scalar|avx2|avx512|neon overrides AUTO. */
+typedef enum { FDEC_CPU_AUTO = 0, FDEC_CPU_SCALAR, FDEC_CPU_AVX2, FDEC_CPU_AVX512, FDEC_CPU_NEON } fdec_cpu_path;
 
 /* One model layer's attention. Zero-initialise, then set fields. */
 typedef struct {
@@ -106,7 +107,8 @@ typedef struct {
                             * contiguous run, about as many positions */
     int grouped;           /* 1: each work item owns a KV head and all its Q heads (K/V read once) */
     size_t scratch_bytes;  /* scratch the context needs for this shape */
-    const char *path;      /* kernel path: "scalar", "avx2", "avx512", "cuda-mma", "cuda-vec16", "cuda-generic" */
+    const char *path;      /* kernel path: "scalar", "avx2", "avx512", "neon", "cuda-mma", "cuda-vec16",
+                            * "cuda-generic" */
 } fdec_plan_info;
 
 typedef struct fdec_context fdec_context;

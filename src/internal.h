@@ -79,8 +79,10 @@ void fdec_reference(const fdec_problem *p, const void *q, const void *k, const v
 fdec_status fdec_cpu_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops);
 fdec_status fdec_cuda_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops);
 
-/* cpu: features of this CPU (bitmask of 1 << FDEC_CPU_AVX2 | 1 << FDEC_CPU_AVX512; scalar always). */
+/* cpu: features of this CPU (bitmask of 1 << FDEC_CPU_AVX2, FDEC_CPU_AVX512 or FDEC_CPU_NEON; scalar always). */
 unsigned fdec_cpu_features(void);
 const char *fdec_cpu_path_name(fdec_cpu_path p);
+/* The path named name ("auto", "scalar", "avx2", "avx512", "neon") into out: 1, or 0 where the name is none of them. */
+int fdec_cpu_path_parse(const char *name, fdec_cpu_path *out);
 
 #endif

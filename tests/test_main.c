@@ -194,7 +194,7 @@ static int make_path_contexts(path_ctx *pc) {
         return n;
     }
     unsigned f = fdec_cpu_features();
-    for (int path = FDEC_CPU_SCALAR; path <= FDEC_CPU_AVX512; path++) {
+    for (int path = FDEC_CPU_SCALAR; path <= FDEC_CPU_NEON; path++) {
         if (!((f >> path) & 1)) {
             printf("skip: the %s path (this CPU lacks it)\n", fdec_cpu_path_name((fdec_cpu_path)path));
             continue;
@@ -723,6 +723,15 @@ static void test_bad_input(void) {
     check(fdec_context_create(FDEC_BACKEND_CPU, &o, &c2) == FDEC_EINVAL && strstr(fdec_last_error(), "cpu_path (42)"),
           "bad cpu_path: %s", fdec_last_error());
     check(fdec_context_create(FDEC_BACKEND_CPU, NULL, NULL) == FDEC_EINVAL, "NULL out pointer to create");
+    /* a path of the other architecture: a clear EUNSUPPORTED that names it */
+#ifdef FDEC_ARM64
+    o.cpu_path = FDEC_CPU_AVX2;
+#else
+    o.cpu_path = FDEC_CPU_NEON;
+#endif
+    check(fdec_context_create(FDEC_BACKEND_CPU, &o, &c2) == FDEC_EUNSUPPORTED && c2 == NULL &&
+              strstr(fdec_last_error(), fdec_cpu_path_name(o.cpu_path)),
+          "a path this CPU lacks: %s", fdec_last_error());
     /* without CUDA compiled in, or without a device: a clear EUNSUPPORTED */
     fdec_status cst = fdec_context_create(FDEC_BACKEND_CUDA, NULL, &c2);
     if (cst == FDEC_OK) fdec_context_destroy(c2);
@@ -1084,12 +1093,15 @@ static void test_conversions(void) {
         fdec_cpu_cvt_out_fn out;
         int ok; /* this CPU has the path */
     } cvt_path;
-    cvt_path path[3] = {{"scalar", fdec_cpu_cvt_in_scalar, fdec_cpu_cvt_out_scalar, 1}};
+    cvt_path path[4] = {{"scalar", fdec_cpu_cvt_in_scalar, fdec_cpu_cvt_out_scalar, 1}};
     int np = 1;
 #ifdef FDEC_X86
     const unsigned f = fdec_cpu_features();
     path[np++] = (cvt_path){"avx2", fdec_cpu_cvt_in_avx2, fdec_cpu_cvt_out_avx2, (int)(f >> FDEC_CPU_AVX2 & 1)};
     path[np++] = (cvt_path){"avx512", fdec_cpu_cvt_in_avx512, fdec_cpu_cvt_out_avx512, (int)(f >> FDEC_CPU_AVX512 & 1)};
+#endif
+#ifdef FDEC_ARM64
+    path[np++] = (cvt_path){"neon", fdec_cpu_cvt_in_neon, fdec_cpu_cvt_out_neon, 1};
 #endif
     enum { N = 3 * 65536 + 37 };
     uint32_t *x = malloc(N * sizeof *x);

@@ -362,7 +362,7 @@ static const char *bench_help =
     "  --threads LIST        thread counts (default: all online CPUs)\n"
     "  --kv f16|bf16|f32     K/V dtype (default f16); --q, --out likewise for q and out (default f32)\n"
     "  --backend cpu|cuda    (default cpu)\n"
-    "  --path auto|scalar|avx2|avx512   CPU kernel path (default auto)\n"
+    "  --path auto|scalar|avx2|avx512|neon   CPU kernel path (default auto)\n"
     "  --reps N              timed rounds over the rotating caches (default 5; median reported)\n"
     "  --rotate-mb N         rotate among cache copies covering N MiB (default 256, or twice the L3 where\n"
     "                        that is more: each call misses the L3); 0 times one cache over and over\n"
@@ -434,11 +434,8 @@ static int cmd_bench(int argc, char **argv, int demo) {
             else if (!strcmp(val, "cuda")) bo.backend = FDEC_BACKEND_CUDA;
             else return usage_error(cmd, "unknown backend '%s' (cpu, cuda)", val);
         } else if (!strcmp(a, "--path")) {
-            if (!strcmp(val, "auto")) bo.path = FDEC_CPU_AUTO;
-            else if (!strcmp(val, "scalar")) bo.path = FDEC_CPU_SCALAR;
-            else if (!strcmp(val, "avx2")) bo.path = FDEC_CPU_AVX2;
-            else if (!strcmp(val, "avx512")) bo.path = FDEC_CPU_AVX512;
-            else return usage_error(cmd, "unknown path '%s' (auto, scalar, avx2, avx512)", val);
+            if (!fdec_cpu_path_parse(val, &bo.path))
+                return usage_error(cmd, "unknown path '%s' (auto, scalar, avx2, avx512, neon)", val);
         } else if (!strcmp(a, "--reps")) {
             if ((bo.reps = atoi(val)) < 1) return usage_error(cmd, "--reps must be at least 1, got '%s'", val);
         } else if (!strcmp(a, "--rotate-mb")) {
@@ -538,7 +535,7 @@ static int cmd_verify(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            puts("usage: flashdec verify [--seed N] [--configs N] [--path auto|scalar|avx2|avx512]\n"
+            puts("usage: flashdec verify [--seed N] [--configs N] [--path auto|scalar|avx2|avx512|neon]\n"
                  "  Random configurations (every dtype, head_dim 1..512, GQA 1..16, windows, rings, strided\n"
                  "  layouts) against the float64 reference. Exit code 1 if any fails.");
             return 0;
@@ -550,10 +547,8 @@ static int cmd_verify(int argc, char **argv) {
         if (!strcmp(a, "--seed")) seed = strtoull(val, NULL, 0);
         else if (!strcmp(a, "--configs")) configs = atoi(val);
         else if (!strcmp(a, "--path")) {
-            if (!strcmp(val, "scalar")) path = FDEC_CPU_SCALAR;
-            else if (!strcmp(val, "avx2")) path = FDEC_CPU_AVX2;
-            else if (!strcmp(val, "avx512")) path = FDEC_CPU_AVX512;
-            else if (strcmp(val, "auto")) return usage_error("verify", "unknown path '%s'", val);
+            if (!fdec_cpu_path_parse(val, &path))
+                return usage_error("verify", "unknown path '%s' (auto, scalar, avx2, avx512, neon)", val);
         } else return usage_error("verify", "unknown option '%s'", a);
     }
     fdec_options o = fdec_default_options();
@@ -614,8 +609,8 @@ static int cmd_info(int argc, char **argv) {
     }
     unsigned f = fdec_cpu_features();
     printf("flashdec %d.%d.%d\n", FDEC_VERSION_MAJOR, FDEC_VERSION_MINOR, FDEC_VERSION_PATCH);
-    printf("cpu paths available: scalar%s%s\n", (f >> FDEC_CPU_AVX2) & 1 ? " avx2" : "",
-           (f >> FDEC_CPU_AVX512) & 1 ? " avx512" : "");
+    printf("cpu paths available: scalar%s%s%s\n", (f >> FDEC_CPU_AVX2) & 1 ? " avx2" : "",
+           (f >> FDEC_CPU_AVX512) & 1 ? " avx512" : "", (f >> FDEC_CPU_NEON) & 1 ? " neon" : "");
     fdec_context *ctx;
     if (fdec_context_create(FDEC_BACKEND_CPU, NULL, &ctx) != FDEC_OK) {
         fprintf(stderr, "flashdec info: %s\n", fdec_last_error());
@@ -626,7 +621,7 @@ static int cmd_info(int argc, char **argv) {
     fdec_plan(ctx, &pl, 1, &pinfo);
     fdec_context_destroy(ctx);
     long n = online_cpus();
-    printf("chosen path: %s (override with FDEC_CPU_PATH=scalar|avx2|avx512)\n", pinfo.path);
+    printf("chosen path: %s (override with FDEC_CPU_PATH=scalar|avx2|avx512|neon)\n", pinfo.path);
     printf("threads: %ld (all online CPUs; fdec_options.threads sets it)\n", n);
     printf("cuda backend: %s\n", fdec_backend_available(FDEC_BACKEND_CUDA) ? "compiled in" : "not compiled in");
     if (fd_dev_available()) printf("cuda device: %s\n", fd_dev_name());

@@ -123,6 +123,9 @@ unsigned fdec_cpu_features(void) {
     if ((f >> FDEC_CPU_AVX2 & 1) && avx512f && avx512dq && avx512bw && avx512vl && (xs & 0xe0) == 0xe0)
         f |= 1u << FDEC_CPU_AVX512;
 #endif
+#ifdef FDEC_ARM64
+    f |= 1u << FDEC_CPU_NEON; /* Advanced SIMD, with its f16 conversions, is in every AArch64 core */
+#endif
     return f;
 }
 
@@ -131,8 +134,15 @@ const char *fdec_cpu_path_name(fdec_cpu_path p) {
     case FDEC_CPU_SCALAR: return "scalar";
     case FDEC_CPU_AVX2: return "avx2";
     case FDEC_CPU_AVX512: return "avx512";
+    case FDEC_CPU_NEON: return "neon";
     default: return "auto";
     }
+}
+
+int fdec_cpu_path_parse(const char *name, fdec_cpu_path *out) {
+    for (int p = FDEC_CPU_AUTO; p <= FDEC_CPU_NEON; p++)
+        if (!strcmp(name, fdec_cpu_path_name((fdec_cpu_path)p))) return *out = (fdec_cpu_path)p, 1;
+    return 0;
 }
 
 /* The path's kernel and conversions into c. */
@@ -146,6 +156,11 @@ static void path_functions(fdec_cpu_path p, cpu_impl *c) {
         c->chunk = fdec_cpu_chunk_avx512, c->cvt_in = fdec_cpu_cvt_in_avx512, c->cvt_out = fdec_cpu_cvt_out_avx512;
         break;
 #endif
+#ifdef FDEC_ARM64
+    case FDEC_CPU_NEON:
+        c->chunk = fdec_cpu_chunk_neon, c->cvt_in = fdec_cpu_cvt_in_neon, c->cvt_out = fdec_cpu_cvt_out_neon;
+        break;
+#endif
     default: c->chunk = fdec_cpu_chunk_scalar, c->cvt_in = fdec_cpu_cvt_in_scalar, c->cvt_out = fdec_cpu_cvt_out_scalar;
     }
 }
@@ -155,16 +170,16 @@ static fdec_status choose_path(fdec_cpu_path want, fdec_cpu_path *out) {
     if (want == FDEC_CPU_AUTO) {
         const char *env = getenv("FDEC_CPU_PATH");
         if (env && *env) {
-            if (!strcmp(env, "scalar")) want = FDEC_CPU_SCALAR;
-            else if (!strcmp(env, "avx2")) want = FDEC_CPU_AVX2;
-            else if (!strcmp(env, "avx512")) want = FDEC_CPU_AVX512;
-            else if (strcmp(env, "auto"))
-                return fdec_set_error(FDEC_EINVAL, "FDEC_CPU_PATH (\"%s\") must be auto, scalar, avx2 or avx512",
-                                      env);
+            if (!fdec_cpu_path_parse(env, &want))
+                return fdec_set_error(FDEC_EINVAL,
+                                      "FDEC_CPU_PATH (\"%s\") must be auto, scalar, avx2, avx512 or neon", env);
         }
     }
     if (want == FDEC_CPU_AUTO) {
-        *out = (f >> FDEC_CPU_AVX512) & 1 ? FDEC_CPU_AVX512 : (f >> FDEC_CPU_AVX2) & 1 ? FDEC_CPU_AVX2 : FDEC_CPU_SCALAR;
+        *out = (f >> FDEC_CPU_AVX512) & 1 ? FDEC_CPU_AVX512
+               : (f >> FDEC_CPU_AVX2) & 1 ? FDEC_CPU_AVX2
+               : (f >> FDEC_CPU_NEON) & 1 ? FDEC_CPU_NEON
+                                          : FDEC_CPU_SCALAR;
         return FDEC_OK;
     }
     if (!((f >> want) & 1))

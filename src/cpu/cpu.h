@@ -66,6 +66,7 @@ typedef void (*fdec_cpu_chunk_fn)(const fdec_cpu_args *a, const fdec_cpu_range *
 void fdec_cpu_chunk_scalar(const fdec_cpu_args *, const fdec_cpu_range *, float *, float *, float *, float *);
 void fdec_cpu_chunk_avx2(const fdec_cpu_args *, const fdec_cpu_range *, float *, float *, float *, float *);
 void fdec_cpu_chunk_avx512(const fdec_cpu_args *, const fdec_cpu_range *, float *, float *, float *, float *);
+void fdec_cpu_chunk_neon(const fdec_cpu_args *, const fdec_cpu_range *, float *, float *, float *, float *);
 
 /* dst[i] = src[i] of type t (f32, f16, bf16) times scale, for i < n; the same bits as fdec_load_elem(src, i, t) * scale */
 typedef void (*fdec_cpu_cvt_in_fn)(float *dst, const void *src, size_t n, fdec_dtype t, float scale);
@@ -74,9 +75,11 @@ typedef void (*fdec_cpu_cvt_out_fn)(void *dst, const float *src, size_t n, fdec_
 void fdec_cpu_cvt_in_scalar(float *, const void *, size_t, fdec_dtype, float);
 void fdec_cpu_cvt_in_avx2(float *, const void *, size_t, fdec_dtype, float);
 void fdec_cpu_cvt_in_avx512(float *, const void *, size_t, fdec_dtype, float);
+void fdec_cpu_cvt_in_neon(float *, const void *, size_t, fdec_dtype, float);
 void fdec_cpu_cvt_out_scalar(void *, const float *, size_t, fdec_dtype);
 void fdec_cpu_cvt_out_avx2(void *, const float *, size_t, fdec_dtype);
 void fdec_cpu_cvt_out_avx512(void *, const float *, size_t, fdec_dtype);
+void fdec_cpu_cvt_out_neon(void *, const float *, size_t, fdec_dtype);
 
 /* pool.c: a fixed set of worker threads. run() calls fn(task, i, n) for i in [0, n) across the workers and
  * the calling thread and returns when all are done. */

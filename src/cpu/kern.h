@@ -1,5 +1,5 @@
 /* kern.h — the CPU decode-attention kernel, written once in the vocabulary of simd.h and compiled once per
- * instruction set (kern_scalar.c, kern_avx2.c, kern_avx512.c).
+ * instruction set (kern_scalar.c, kern_avx2.c, kern_avx512.c, kern_neon.c).
  *
  * What it computes: the partial state (state.h) of every query head over one chunk [t0, t1) of positions.
  *
@@ -649,6 +649,9 @@ void FN(fdec_cpu_cvt_out)(void *dst, const float *src, size_t n, fdec_dtype t) {
         for (; i + 8 <= n; i += 8)
             _mm_storeu_si128((__m128i *)(h + i),
                              _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif FDEC_ISA == 3
+    if (t == FDEC_F16) /* fcvtn rounds as FPCR says: to nearest even, unless the caller's thread changed it */
+        for (; i + 4 <= n; i += 4) vst1_u16(h + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(src + i))));
 #endif
     for (; i < n; i++) fdec_store_elem(dst, i, t, src[i]);
 }

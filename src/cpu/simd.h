@@ -1,6 +1,6 @@
 /* simd.h — the small vector vocabulary the CPU kernel (kern.h) is written in, one section per instruction set.
- * The including file defines FDEC_ISA as 0 (portable C), 1 (AVX2 + FMA + F16C) or 2 (AVX-512 F/BW/VL/DQ) and is
- * compiled with the matching -m flags; the run-time dispatcher (cpu.c) calls only what the CPU supports.
+ * The including file defines FDEC_ISA as 0 (portable C), 1 (AVX2 + FMA + F16C), 2 (AVX-512 F/BW/VL/DQ) or 3 (AArch64
+ * NEON) and is compiled with the matching -m flags; the run-time dispatcher (cpu.c) calls only what the CPU supports.
  *
  *   V, VW             vector of VW floats
  *   NACC              independent accumulators a tile keeps in registers (half the register file)
@@ -200,6 +200,53 @@ ALWAYS_INLINE V vldexp(V p, V n) { /* p * 2^n, n in [-127, 128] after vexp's cla
     __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
     V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
     V s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    return vmul(vmul(p, s1), s2);
+}
+
+#elif FDEC_ISA == 3
+/* AArch64 Advanced SIMD (NEON): 4 lanes, 32 registers. f16 and the f32 FMAs are in every AArch64 core's base set. */
+#include <arm_neon.h>
+typedef float32x4_t V;
+#define VW 4
+#define NACC 16
+#define NVREG 32
+#define ISA_NAME neon
+ALWAYS_INLINE void vpin(V *x) { __asm__("" : "+w"(*x)); }
+ALWAYS_INLINE V vzero(void) { return vdupq_n_f32(0.0f); }
+ALWAYS_INLINE V vset1(float x) { return vdupq_n_f32(x); }
+ALWAYS_INLINE V vloadf(const float *p) { return vld1q_f32(p); }
+ALWAYS_INLINE void vstoref(float *p, V x) { vst1q_f32(p, x); }
+ALWAYS_INLINE V vfma(V a, V b, V c) { return vfmaq_f32(c, a, b); }
+ALWAYS_INLINE V vfma_bcast(const float *p, V b, V c) { return vfmaq_n_f32(c, b, *p); }
+ALWAYS_INLINE V vmul(V a, V b) { return vmulq_f32(a, b); }
+ALWAYS_INLINE V vadd(V a, V b) { return vaddq_f32(a, b); }
+ALWAYS_INLINE V vsub(V a, V b) { return vsubq_f32(a, b); }
+ALWAYS_INLINE V vmax(V a, V b) { return vmaxq_f32(a, b); } /* a NaN in either is returned */
+ALWAYS_INLINE V vmin(V a, V b) { return vminq_f32(a, b); }
+ALWAYS_INLINE float vhsum(V x) { return vaddvq_f32(x); }
+ALWAYS_INLINE float vhmax(V x) { return vmaxvq_f32(x); }
+ALWAYS_INLINE int vany_gt(V a, V b) { return vmaxvq_u32(vcgtq_f32(a, b)) != 0; }
+ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
+    if (T == FDEC_F32) return vld1q_f32(p);
+    const uint16x4_t h = vld1_u16(p);
+    if (T == FDEC_F16) return vcvt_f32_f16(vreinterpret_f16_u16(h));
+    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+}
+ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
+    float buf[VW] = {0};
+    for (uint32_t i = 0; i < n; i++) buf[i] = load1(p, i, T);
+    return vld1q_f32(buf);
+}
+/* out[i] = sum of a[i]'s lanes for the 16 vectors a[0..15]: pairwise adds, 12 for 16 sums */
+ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
+    for (int g = 0; g < 4; g++)
+        vst1q_f32(out + 4 * g, vpaddq_f32(vpaddq_f32(a[4 * g], a[4 * g + 1]), vpaddq_f32(a[4 * g + 2], a[4 * g + 3])));
+}
+ALWAYS_INLINE V vround(V x) { return vrndnq_f32(x); }
+ALWAYS_INLINE V vldexp(V p, V n) { /* p * 2^n, n in [-127, 128] after vexp's clamp: two factors stay finite */
+    const int32x4_t ni = vcvtnq_s32_f32(n), n1 = vshrq_n_s32(ni, 1), n2 = vsubq_s32(ni, n1);
+    const V s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, vdupq_n_s32(127)), 23));
+    const V s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, vdupq_n_s32(127)), 23));
     return vmul(vmul(p, s1), s2);
 }
 

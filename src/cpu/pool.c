@@ -13,6 +13,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ volatile("yield")
 #else
 #define CPU_RELAX() ((void)0)
 #endif

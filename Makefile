@@ -21,7 +21,9 @@ ifeq ($(ARCH),x86_64)
 LIB_SRC += src/cpu/kern_avx2.c src/cpu/kern_avx512.c
 BASE    += -DFDEC_X86
 endif
-ifneq ($(filter aarch64 arm64,$(ARCH)),) # Linux says aarch64, macOS arm64
+# AArch64: Linux says aarch64, macOS arm64
+ARM64   := $(filter aarch64 arm64,$(ARCH))
+ifneq ($(ARM64),)
 LIB_SRC += src/cpu/kern_neon.c
 BASE    += -DFDEC_ARM64
 endif
@@ -75,7 +77,7 @@ $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/simd.h $(HDRS
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE) $(CFLAGS) $(OBJ_FLAGS) -c $< -o $@
-ifneq ($(filter aarch64 arm64,$(ARCH)),)
+ifneq ($(ARM64),)
 # gcc 12's AArch64 loop vectoriser stops with an internal compiler error on tests/test_main.c at -O3
 $(BUILD)/tests/test_main.o: OBJ_FLAGS := -fno-tree-vectorize
 endif

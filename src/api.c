@@ -158,7 +158,7 @@ fdec_status fdec_context_create(fdec_backend backend, const fdec_options *opts, 
     if (!out) return fdec_set_error(FDEC_EINVAL, "out (the context pointer) must not be NULL");
     *out = NULL;
     fdec_options o = opts ? *opts : fdec_default_options();
-    if ((unsigned)o.cpu_path > (unsigned)FDEC_CPU_NEON)
+    if ((unsigned)o.cpu_path > (unsigned)FDEC_CPU_PATH_LAST)
         return fdec_set_error(FDEC_EINVAL, "cpu_path (%d) must be one of FDEC_CPU_AUTO..FDEC_CPU_NEON",
                               (int)o.cpu_path);
     fdec_context *c = calloc(1, sizeof *c);

@@ -82,6 +82,8 @@ fdec_status fdec_cuda_create(const fdec_options *o, void **impl, const fdec_back
 /* cpu: features of this CPU (bitmask of 1 << FDEC_CPU_AVX2, FDEC_CPU_AVX512 or FDEC_CPU_NEON; scalar always). */
 unsigned fdec_cpu_features(void);
 const char *fdec_cpu_path_name(fdec_cpu_path p);
+/* the last value of fdec_cpu_path: the option check, the name parser and the tests' loop over the paths end there */
+#define FDEC_CPU_PATH_LAST FDEC_CPU_NEON
 /* The path named name ("auto", "scalar", "avx2", "avx512", "neon") into out: 1, or 0 where the name is none of them. */
 int fdec_cpu_path_parse(const char *name, fdec_cpu_path *out);
 

@@ -194,7 +194,7 @@ static int make_path_contexts(path_ctx *pc) {
         return n;
     }
     unsigned f = fdec_cpu_features();
-    for (int path = FDEC_CPU_SCALAR; path <= FDEC_CPU_NEON; path++) {
+    for (int path = FDEC_CPU_SCALAR; path <= FDEC_CPU_PATH_LAST; path++) {
         if (!((f >> path) & 1)) {
             printf("skip: the %s path (this CPU lacks it)\n", fdec_cpu_path_name((fdec_cpu_path)path));
             continue;

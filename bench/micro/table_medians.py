@@ -19,12 +19,13 @@ import statistics
 import sys
 
 PRESETS = ("llama3-8b", "lfm2", "gemma4-sliding-full", "gemma4-full")
+FAST = 43  # GB/s: a read ceiling from here on is one of the host's fast minutes
 
 
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    cases, split = {}, {}
+    cases = {}  # (preset, context) -> [(ceiling GB/s, % of floor, GB/s, valid)]
     for path in sys.argv[1:]:
         peak = None
         with open(path) as f:
@@ -37,29 +38,28 @@ def main():
                 if len(w) < 11 or w[0] not in PRESETS or w[2] != "2":
                     continue
                 ceil, pct = float(w[6]), float(w[8].rstrip("%"))
-                valid = not (43 <= ceil <= 60) and pct >= 60
+                valid = not (FAST <= ceil <= 60) and pct >= 60
                 if w[0] == "gemma4-full" and (peak is None or peak < 200):
                     valid = False
-                cases.setdefault((w[0], int(w[1])), []).append((pct, valid))
-                split.setdefault((w[0], int(w[1])), []).append((ceil, pct, float(w[5])))
+                cases.setdefault((w[0], int(w[1])), []).append((ceil, pct, float(w[5]), valid))
     for (name, ctx), v in cases.items():
-        ok = sorted(p for p, good in v if good)
+        ok = sorted(p for _, p, _, good in v if good)
         if not ok:
             print("%-20s %6d  no valid case of %d" % (name, ctx, len(v)))
             continue
         print("%-20s %6d  valid %2d of %2d  median %.1f  range %.1f-%.1f  all-median %.1f"
               % (name, ctx, len(ok), len(v), statistics.median(ok), ok[0], ok[-1],
-                 statistics.median(p for p, _ in v)))
-    print("\nby the read ceiling before the case: % of the floor (median, range) under 43 GB/s | from 43 GB/s; GB/s")
-    for (name, ctx), v in split.items():
-        def part(sel):
-            x = sorted(p for c, p, _ in v if sel(c))
+                 statistics.median(p for _, p, _, _ in v)))
+    print("\nby the read ceiling before the case: %% of the floor (median, range) under %d GB/s | from %d GB/s; GB/s"
+          % (FAST, FAST))
+    for (name, ctx), v in cases.items():
+        def part(fast):
+            x = sorted(p for c, p, _, _ in v if (c >= FAST) == fast)
             return "n %2d  %5.1f (%5.1f-%5.1f)" % (len(x), statistics.median(x), x[0], x[-1]) if x else "n  0" + " " * 20
-        gbs = sorted(g for _, _, g in v)
+        gbs = sorted(g for _, _, g, _ in v)
         print("%-20s %6d  %s | %s | GB/s median %.1f, lowest %.1f, %d of %d at 29 or more"
-              % (name, ctx, part(lambda c: c < 43), part(lambda c: c >= 43), statistics.median(gbs), gbs[0],
-                 sum(g >= 29 for g in gbs), len(gbs)))
-
+              % (name, ctx, part(False), part(True), statistics.median(gbs), gbs[0], sum(g >= 29 for g in gbs),
+                 len(gbs)))
 
 if __name__ == "__main__":
     main()

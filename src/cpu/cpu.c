@@ -140,7 +140,7 @@ const char *fdec_cpu_path_name(fdec_cpu_path p) {
 }
 
 int fdec_cpu_path_parse(const char *name, fdec_cpu_path *out) {
-    for (int p = FDEC_CPU_AUTO; p <= FDEC_CPU_NEON; p++)
+    for (int p = FDEC_CPU_AUTO; p <= FDEC_CPU_PATH_LAST; p++)
         if (!strcmp(name, fdec_cpu_path_name((fdec_cpu_path)p))) return *out = (fdec_cpu_path)p, 1;
     return 0;
 }

@@ -174,11 +174,6 @@ ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
     if (T == FDEC_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
-    float buf[VW] = {0};
-    for (uint32_t i = 0; i < n; i++) buf[i] = load1(p, i, T);
-    return _mm256_loadu_ps(buf);
-}
 /* out[i] = sum of a[i]'s lanes for the 8 vectors a[0..7]: a transposing add tree that stays inside the 128-bit
  * lanes until its last step (shufps and adds), where each group of four sums is its low lane plus its high lane.
  * A cross-lane vperm2f128 costs ~2.4 cycles of the FP pipes on Zen 1 (bench/micro/fma_mix_avx2.c), and the tree
@@ -231,11 +226,6 @@ ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
     const uint16x4_t h = vld1_u16(p);
     if (T == FDEC_F16) return vcvt_f32_f16(vreinterpret_f16_u16(h));
     return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
-}
-ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
-    float buf[VW] = {0};
-    for (uint32_t i = 0; i < n; i++) buf[i] = load1(p, i, T);
-    return vld1q_f32(buf);
 }
 /* out[i] = sum of a[i]'s lanes for the 16 vectors a[0..15]: pairwise adds, 12 for 16 sums */
 ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
@@ -313,6 +303,15 @@ ALWAYS_INLINE void vreduce_rows(const V *a, float *out, size_t pitch, const uint
 #else
 ALWAYS_INLINE void vreduce_rows(const V *a, float *out, size_t pitch, const uint32_t P) {
     vreduce_rows_mem(a, out, pitch, P);
+}
+#endif
+
+#if FDEC_ISA == 1 || FDEC_ISA == 3
+/* AVX2 and NEON have no masked 16-bit load: a row's last, partial vector through a zeroed buffer */
+ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
+    float buf[VW] = {0};
+    for (uint32_t i = 0; i < n; i++) buf[i] = load1(p, i, T);
+    return vloadf(buf);
 }
 #endif
 

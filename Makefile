@@ -36,13 +36,11 @@ CU_SRC    := $(wildcard src/cuda/*.cu)
 CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 # -compress-all: the device code is stored compressed (the library ~11 MB -> ~3 MB at sm_90; unpacked once at load)
-# The K/V copies' L2 evict-first policy (FDEC_CP_EVICT_FIRST, src/cuda/kernels.cuh; 0-5% a call on the H200) only
-# with the CUDA compilers whose ptxas keeps it: the ptxas of early CUDA 13 releases can drop the policy's
-# `createpolicy`, and a kernel that it does that to traps with an illegal instruction (bench/NOTES.md, CUDA log rows 63
-# and 76). 13.0 did it to the bf16 kernels at head_dim 64 and 128 of session 30's code (row 76), so it is off there.
-# On: 13.5 (its ptxas has the fix; the whole CUDA sweep on an H200, CUDA log row 69). `make check-sass` looks for the
-# dropped policy in the built code. CUDA_L2_POLICY=1 or 0 decides it by hand; after turning it on for another
-# compiler, run `make check-sass` and `make test-cuda` on a GPU.
+# The K/V copies' L2 evict-first policy (src/cuda/kernels.cuh, docs/TUNING.md) only with the CUDA compilers whose
+# ptxas keeps it: early CUDA 13 releases (13.0 among them) can drop the policy's `createpolicy`, and a kernel that
+# it does that to traps with an illegal instruction. Checked on 13.5. `make check-sass` looks for the dropped policy
+# in the built code. CUDA_L2_POLICY=1 or 0 decides it by hand; after turning it on for another compiler, run
+# `make check-sass` and `make test-cuda` on a GPU.
 NVCC_RELEASE   := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
 CUDA_L2_POLICY_CHECKED := 13.5
 CUDA_L2_POLICY ?= $(if $(filter $(CUDA_L2_POLICY_CHECKED),$(NVCC_RELEASE)),1,0)
@@ -132,13 +130,9 @@ $(BUILD)/stage/readme_example: $(BUILD)/readme_example.c all
 	PKG_CONFIG_PATH=$(CURDIR)/$(BUILD)/stage/lib/pkgconfig; export PKG_CONFIG_PATH; \
 	  $(CC) -std=c11 -Wall -Wextra -Werror -o $@ $< `pkg-config --cflags --libs flashdec`
 
-# On a GPU machine the fuzz corpus is replayed, then the 262k drift input again as one chunk: 65,536 rows a lane group
-# of the SIMT kernel, where a fixed block sum period of 64 failed on an H200 (bench/NOTES.md, CUDA log row 73); then
-# the drift inputs of 131,072 positions (more K elements than the replay's default bound), at the library's split
-# and as one chunk: the f16 ones failed on the tensor-core kernel before its block sums (row 75); the bf16 ones
-# (head_dim 64 and 128) came with row 79; the f32 one (the SIMT kernel, 4 rows a step) failed as one chunk before its
-# compensated block sums (row 81); the SIMT kernel forced (FDEC_CUDA_KERNEL=simt) on 8 query heads a KV head failed as
-# one chunk before its head tiles of at most 4, which have room for the block sums (row 82).
+# On a GPU machine the fuzz corpus is replayed, then the drift inputs (nearly equal weights over nearly equal V, where
+# f32 running sums drift) at the library's split and as one chunk, also on the SIMT kernel: the 262k input of
+# head_dim 1 and the inputs of 131,072 positions (more K elements than the replay's default bound).
 DRIFT_131K := $(wildcard fuzz/corpus/cuda-drift-d*-f16-131072 fuzz/corpus/cuda-drift-d*-bf16-131072 \
                          fuzz/corpus/cuda-drift-d*-f32-131072)
 test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme_example $(SP_TEST) $(FUZZ_DRIVER)
@@ -254,7 +248,7 @@ fuzz:
 # FUZZ_SECONDS each on one corpus, then the plain driver under compute-sanitizer memcheck for FUZZ_SAN_SECONDS. Without a
 # CUDA device it prints a skip line.
 #   fuzz_decode_cuda_fast: against the regular library, guided by the harness's own branches (~2,700 inputs/s on the
-#     H200; it found the chunks' 32-bit end, bench/NOTES.md CUDA log row 70);
+#     H200);
 #   fuzz_decode_cuda: against a build of the library of its own (build/fuzz-cuda) whose C sources and the host code of
 #     src/cuda/cuda.cu (nvcc with clang++ as the host compiler) carry libFuzzer's coverage and ASan + UBSan, so that
 #     the library's branches guide it and a host-side memory error stops it (~300 inputs/s). ASan needs
@@ -300,9 +294,8 @@ demo: all
 	./$(BUILD)/flashdec demo
 
 bench: all
-	@mkdir -p bench/results
 	./$(BUILD)/flashdec bench --preset all --ctx 1024,4096,32768,131072 --threads 1,2 --reps 7 \
-	    --json bench/results/cpu-$(shell date +%Y-%m-%d).json
+	    --json $(BUILD)/bench-cpu.json
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/flashdec $(DESTDIR)$(PREFIX)/bin

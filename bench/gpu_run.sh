@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Build, test and benchmark the CUDA backend on a GPU machine in one go (the device tool runs it there).
-#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [simt] [split] [peer] [py] [gpus] [ncu] [sass]   (no argument:
-#   all but split, ncu and sass)
+#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [peer] [py] [gpus] [ncu]   (no argument: all but ncu)
 # Logs and JSON go to $OUT (the device tool's output folder) or bench/results.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
-stages=${*:-build test sanitize bench simt peer py gpus}
+stages=${*:-build test sanitize bench peer py gpus}
 has() { [[ " $stages " == *" $1 "* ]]; }
 rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
@@ -34,19 +33,6 @@ if has bench; then
   timeout 150 ./build/flashdec bench --backend cuda --ctx 1024,4096,32768,131072 --reps 10 --json "$OUT/cuda-bench.json" \
     2>&1 | tee "$OUT/bench-cuda.log" || rc=1
 fi
-if has simt; then # the SIMT kernel alone (FDEC_CUDA_KERNEL=simt), for the comparison in bench/NOTES.md
-  FDEC_CUDA_KERNEL=simt timeout 100 ./build/flashdec bench --backend cuda --ctx 4096,32768 --reps 10 --no-check \
-    2>&1 | tee "$OUT/bench-cuda-simt.log" | tail -10
-fi
-if has split; then # the split rule: FDEC_CUDA_MIN_CHUNK (0: the library's own rule) in alternating rounds (bench/NOTES.md)
-  for round in $(seq 1 ${SPLIT_ROUNDS:-1}); do
-    for mc in ${MIN_CHUNKS:-128 512}; do
-      echo "FDEC_CUDA_MIN_CHUNK=$mc round $round"
-      FDEC_CUDA_MIN_CHUNK=$mc timeout 100 ./build/flashdec bench --backend cuda --preset "${SPLIT_PRESETS:-all}" \
-        --ctx "${SPLIT_CTX:-1024,4096}" --reps 10 --no-check 2>&1 | tail -n +3
-    done
-  done | tee -a "$OUT/bench-cuda-split.log"
-fi
 if has peer; then
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1
 fi
@@ -62,19 +48,6 @@ if has ncu; then # Nsight Compute sections of each kernel of one call per case (
       ./build/flashdec bench --backend cuda --preset "${c%%:*}" --ctx "${c##*:}" --reps 3 --no-check \
       > "$OUT/ncu-${c%%:*}-${c##*:}.txt" 2>&1
     echo "ncu $c: exit $?"; grep -E '^  [a-z].*fdec|Duration|DRAM Throughput|Warp Cycles Per Issued|Registers Per' "$OUT/ncu-${c%%:*}-${c##*:}.txt"
-  done
-fi
-if has sass; then # where each kernel's warps stall, instruction by instruction (NCU_CASES as above; bench/ncu_sass.py)
-  for c in ${NCU_CASES:-llama3-8b:1024 gemma4-sliding:32768}; do
-    n=${c%%:*}-${c##*:}
-    timeout 150 ncu --clock-control none --set full --import-source yes -k regex:fdec --launch-skip ${NCU_SKIP:-40} \
-      --launch-count 2 -o "$OUT/rep-$n" -f ./build/flashdec bench --backend cuda --preset "${c%%:*}" --ctx "${c##*:}" \
-      --reps 3 --no-check > "$OUT/ncu-run-$n.txt" 2>&1
-    echo "ncu sass $c: exit $?"
-    ncu -i "$OUT/rep-$n.ncu-rep" --page details > "$OUT/ncu-details-$n.txt" 2>&1
-    ncu -i "$OUT/rep-$n.ncu-rep" --page source --csv --print-source sass > "$OUT/sass-$n.csv" 2>&1
-    python3 bench/ncu_sass.py "$OUT/sass-$n.csv" --top 15 | tee "$OUT/sass-$n.txt"
-    rm -f "$OUT/rep-$n.ncu-rep" "$OUT/sass-$n.csv"
   done
 fi
 if has gpus; then # sequence-parallel decode over every GPU here (make sure NVLink multicast stays off)

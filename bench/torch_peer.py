@@ -47,7 +47,7 @@ def graph_time(fn, n_calls, stream, reps=20, warmup_s=0.0):
     """Median seconds per call of a CUDA graph, captured on `stream`, holding fn(0) .. fn(n_calls - 1), timed after
     warmup_s seconds of replays (--warmup-s; at least two replays). The H200 runs into its 700 W power cap in
     these runs and then lowers its SM clock for a while: a timing right after SDPA's seconds of head_dim 512 calls
-    ran ~12% slower, and longer warm-ups slow other cases instead (bench/NOTES.md, CUDA log row 37)."""
+    ran ~12% slower, and longer warm-ups slow other cases instead."""
     with torch.cuda.stream(stream):
         for i in range(min(n_calls, 3)):
             fn(i)  # warm up outside the graph
@@ -173,8 +173,8 @@ def main():
     ap.add_argument("--preset", default="all", help="comma-separated preset names, or all")
     ap.add_argument("--json")
     ap.add_argument("--empty-cache", action="store_true",
-                    help="hand PyTorch's cached memory back to the driver before each case (bench/NOTES.md, CUDA row "
-                         "35 b: the Gemma 4 full 131k head-major figure depends on what the process allocated before)")
+                    help="hand PyTorch's cached memory back to the driver before each case (the Gemma 4 "
+                         "full 131k head-major figure depends on what the process allocated before)")
     ap.add_argument("--twice", action="store_true",
                     help="time each case's three calls again in the reverse order (SDPA, dense, head-major) and print "
                          "those times on a second line")

@@ -306,9 +306,8 @@ static void test_seed_shapes(path_ctx *pc, int npc) {
     one_case(pc, npc, "gemma4 full 512/16/2 L=3000", layer_of(512, 16, 2, 0, 0, FDEC_F16, 1.0f), 3000, 0.05f, 13);
     one_case(pc, npc, "lfm2 64/32/8 (group 4) L=4096", layer_of(64, 32, 8, 0, 0, FDEC_F16, 0), 4096, 1.0f, 14);
     one_case(pc, npc, "llama3-8b 128/32/8 L=2048 bf16", layer_of(128, 32, 8, 0, 0, FDEC_BF16, 0), 2048, 1.0f, 15);
-    /* long bf16 calls of the tensor-core kernel at head_dim 64 and 128: session 30's build, made by CUDA 13.0 with the
-     * copies' L2 policy, failed bf16 Llama-3-8B 32k on the H200, and no case of the suite was a long bf16 call there
-     * (bench/NOTES.md, CUDA log row 76; tools/sass_check.py finds that hazard in the SASS) */
+    /* long bf16 calls of the tensor-core kernel at head_dim 64 and 128: a build whose ptxas dropped the copies' L2
+     * policy failed bf16 Llama-3-8B 32k on the H200 and no shorter case (tools/sass_check.py finds that hazard) */
     one_case(pc, npc, "llama3-8b 128/32/8 L=32768 bf16", layer_of(128, 32, 8, 0, 0, FDEC_BF16, 0), 32768, 1.0f, 16);
     one_case(pc, npc, "lfm2 64/32/8 L=32768 bf16", layer_of(64, 32, 8, 0, 0, FDEC_BF16, 0), 32768, 1.0f, 17);
 }
@@ -318,9 +317,8 @@ static void test_seed_shapes(path_ctx *pc, int npc) {
  * chunk's positions were left out (fuzz_decode_cuda found it at 10/2/1, window 110, seq_len 4294967295). The shapes
  * take the SIMT kernel (odd head_dim, f32; every head_dim in the cuda/simt context) and the tensor-core kernel (64 to
  * 512; its chunks at 64 and 128 are position-strided and end at seq_len). On the H200 the code before the fix failed
- * the first two everywhere and the next two on the SIMT kernel (bench/NOTES.md, CUDA log row 70). The last two were
- * then changed (window 1000, and seq_len 2^32 - 1 at 512) so that the tensor-core kernel's last chunk too ends past
- * 2^32 (at 256: 16 chunks of 64 over 1,000 positions); in that form they passed on the H200 too (row 72). */
+ * the first two everywhere and the next two on the SIMT kernel. In the last two the tensor-core kernel's last chunk too
+ * ends past 2^32 (at 256: 16 chunks of 64 over 1,000 positions). */
 static void test_position_end(path_ctx *pc, int npc) {
     const uint32_t M = UINT32_MAX;
     one_case(pc, npc, "32-bit end: 10/2/1 w110 ring256 f16", layer_of(10, 2, 1, 110, 256, FDEC_F16, 0), M, 1.0f, 21);
@@ -339,7 +337,7 @@ static void test_position_end(path_ctx *pc, int npc) {
  * of its chunk, so the kernel adds its block sums (kernels.cuh). On an H200 the split gives 1/28/1 19 chunks of 3,616
  * positions (904 rows a lane group), 128/8/1 128 chunks of 1,024 (256) and 100/32/8 17 chunks of 1,952 (488). The
  * input that showed the drift of one running sum there, nearly the same V everywhere, is the corpus's
- * cuda-f32-drift-d1-h28-68k, which `make test` replays on a GPU machine (bench/NOTES.md, CUDA log row 72). */
+ * cuda-f32-drift-d1-h28-68k, which `make test` replays on a GPU machine. */
 static void test_long_sums(path_ctx *pc, int npc) {
     one_case(pc, npc, "long sums 1/28/1 L=68244 f32", layer_of(1, 28, 1, 0, 0, FDEC_F32, 0), 68244, 1.0f, 41);
     one_case(pc, npc, "long sums 128/8/1 L=131072 f32", layer_of(128, 8, 1, 0, 0, FDEC_F32, 0), 131072, 1.0f, 42);
@@ -350,8 +348,7 @@ static void test_long_sums(path_ctx *pc, int npc) {
  * seq_len 4,194,304, read and filled by the fuzz harnesses' own code (fuzz/fuzz_input.h), then V times 128 (exact) so
  * that it is ~0.6 and the absolute tolerance bites. Nearly equal weights over nearly equal V: a running f32 sum of
  * like terms drifts. The CPU's group totals were such a sum, one term a group of 1,024 positions: one thread (one
- * chunk) came out 2.7e-5 off relative, two threads 5.8e-6, against the tolerance's 2e-6; in double 1e-7
- * (bench/NOTES.md, CPU log row 64). The CUDA SIMT kernel sums 55k rows a lane group here (block sums of 256 steps). */
+ * chunk) came out 2.7e-5 off relative, two threads 5.8e-6, against the tolerance's 2e-6; in double 1e-7. The CUDA SIMT kernel sums 55k rows a lane group here (block sums of 256 steps). */
 static void test_drift(path_ctx *pc, int npc) {
     static const uint8_t bytes[] = {0x32, 0x00, 0x01, 0xd3, 0x00, 0x1c, 0x00, 0xfa, 0x00, 0x1c, 0x20,
                                     0xfa, 0x02, 0x2e, 0x6e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
@@ -415,7 +412,7 @@ static void test_numerics(path_ctx *pc, int npc) {
     /* The same V at every position: out = V whatever the weights, so its error is the summation's alone. A running
      * sum of like terms in f32 drifts (the rounding errors of adding a like term to a growing sum do not cancel): one
      * sum from position to position was 1.3e-6 to 1.5e-6 off at 1,000 positions and 5e-6 at 16k with one thread;
-     * found by fuzz/fuzz_decode_cuda.c, the CUDA backend against the CPU's (bench/NOTES.md, CPU log row 62). */
+     * found by fuzz/fuzz_decode_cuda.c, the CUDA backend against the CPU's. */
     for (int kv = 0; kv < 4; kv++) {
         fdec_layer Lv = layer_of(64, 4, 2, 0, 0, kv & 1 ? FDEC_F16 : FDEC_F32, 0);
         fd_rng rv = {24};

@@ -343,8 +343,8 @@ static void *fma_thread(void *x) {
 }
 
 /* The best of FD_FMA_TRIALS (bench_util.h) runs of `threads` threads at once: a peak is what the machine can do, and on
- * a shared host one run can read low (session 19: 194 GFLOP/s in one run against 229-232 in the two before it, which
- * made the Gemma 4 full layer read 96% of its FMA floor instead of ~80%). */
+ * a shared host one run can read low (194 GFLOP/s against 229-232 in the runs before it, which would put the Gemma 4
+ * full layer at 96% of its FMA floor instead of ~80%). */
 double fd_fma_peak(uint32_t threads) {
     if (threads < 1) threads = 1;
     fma_arg *a = calloc(threads, sizeof *a);

@@ -4,8 +4,8 @@
 The ptxas of early CUDA 13 releases (13.0 among them) can drop the `createpolicy` that feeds cp.async's L2 cache
 hint (FDEC_CP_EVICT_FIRST, src/cuda/kernels.cuh) and leave the copy (SASS `LDGSTS ... desc[URn]`) reading a uniform
 register pair that no instruction of the kernel writes; the GPU traps with "illegal instruction", or not, depending on
-what the register held. bench/NOTES.md, CUDA log rows 63 and 76: every copy this check flagged was of a kernel that
-trapped on an H200, and no kernel it passed ever did.
+what the register held. Every copy this check flagged was of a kernel that trapped on an H200, and no kernel it
+passed ever did.
 
 Usage: cuobjdump -sass FILE | tools/sass_check.py     (exit 1 and one line per flagged copy; 0 when none)
 `make check-sass` runs it over the library's device code (cuobjdump and nvdisasm from the CUDA toolkit, or from

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the hand-made drift inputs of this folder (session 30): fuzz_decode_cuda inputs in the style of
+"""Writes the hand-made drift inputs of this folder : fuzz_decode_cuda inputs in the style of
 fuzz/corpus/cuda-f32-drift-d1-h28-68k, whose fuzz bytes end in 94 ff, so that every q, K and V element is those two
 bytes (with the harness's finite mask: f32 q ~0.0045, f16 K and V 0x3b94 ~0.944), K and V varied by the harness's
 salt every 61 bytes: nearly equal weights over nearly equal V. They reach more K elements than a fuzzer's case may,
@@ -22,6 +22,6 @@ def case(D, H, G, L, kv):
 
 
 for D, H, G, kv in [(64, 32, 8, 1), (128, 32, 8, 1), (256, 16, 8, 1), (512, 16, 2, 1), (128, 64, 8, 1),
-                    (128, 32, 8, 0), (64, 32, 8, 2), (128, 32, 8, 2)]:  # kv: 0 f32, 1 f16, 2 bf16 (session 32)
+                    (128, 32, 8, 0), (64, 32, 8, 2), (128, 32, 8, 2)]:  # kv: 0 f32, 1 f16, 2 bf16
     with open(f"{sys.argv[1]}/cuda-drift-d{D}-h{H}-g{G}-{['f32', 'f16', 'bf16'][kv]}-131072", "wb") as f:
         f.write(case(D, H, G, 131072, kv))

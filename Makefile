@@ -16,7 +16,7 @@ BASE    := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) -Iinclude
 LDLIBS  := -lm -pthread
 LDFLAGS ?=
 
-LIB_SRC := src/api.c src/plan.c src/ref.c src/cpu/cpu.c src/cpu/pool.c src/cpu/kern_scalar.c
+LIB_SRC := src/api.c src/dtype.c src/plan.c src/ref.c src/cpu/cpu.c src/cpu/pool.c src/cpu/kern_scalar.c
 ifeq ($(ARCH),x86_64)
 LIB_SRC += src/cpu/kern_avx2.c src/cpu/kern_avx512.c
 BASE    += -DFDEC_X86
@@ -68,7 +68,7 @@ HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cu
 .PHONY: all lib test test-arm64 test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec $(SP_LIB)
 
-$(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/simd.h $(HDRS)
+$(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/strassen.h src/cpu/simd.h $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE) $(CFLAGS) $(ISA_$*) -c $< -o $@
 

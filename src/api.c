@@ -79,7 +79,7 @@ static fdec_status check_dtype(const char *name, fdec_dtype t) {
 /* K/V vectors (t, g) for t < rows, g < G span [t*ps + g*hs, +D); no two may overlap, and the last element's
  * byte offset must fit in size_t. */
 static fdec_status check_strides(const fdec_problem *p, uint64_t rows) {
-    const size_t D = p->D, G = p->G, ps = p->ps, hs = p->hs;
+    const size_t D = p->D, G = p->G, ps = p->kv.ps, hs = p->kv.hs;
     int ok;
     if (G == 1 && rows == 1) ok = 1;
     else if (G == 1) ok = ps >= D;
@@ -131,18 +131,18 @@ fdec_status fdec_problem_init(const fdec_layer *L, uint32_t seq_len, fdec_proble
     p->H = L->num_q_heads;
     p->G = L->num_kv_heads;
     p->R = p->H / p->G;
-    p->scale = L->scale != 0.0f ? L->scale : (float)(1.0 / sqrt((double)L->head_dim));
+    p->logits.scale = L->scale != 0.0f ? L->scale : (float)(1.0 / sqrt((double)L->head_dim));
     p->seq_len = seq_len;
     p->lo = (L->window && seq_len > L->window) ? seq_len - L->window : 0;
-    p->ring = L->ring_capacity;
+    p->kv.ring = L->ring_capacity;
     p->qt = L->q_dtype;
     p->kvt = L->kv_dtype;
     p->ot = L->out_dtype;
-    p->hs = L->kv_head_stride ? L->kv_head_stride : p->D;
-    if (L->kv_pos_stride) p->ps = L->kv_pos_stride;
-    else if (!mul_ok(p->hs, p->G, &p->ps))
-        return fdec_set_error(FDEC_EINVAL, "kv_head_stride (%zu) too large", p->hs);
-    uint64_t rows = p->ring ? p->ring : seq_len;
+    p->kv.hs = L->kv_head_stride ? L->kv_head_stride : p->D;
+    if (L->kv_pos_stride) p->kv.ps = L->kv_pos_stride;
+    else if (!mul_ok(p->kv.hs, p->G, &p->kv.ps))
+        return fdec_set_error(FDEC_EINVAL, "kv_head_stride (%zu) too large", p->kv.hs);
+    uint64_t rows = p->kv.ring ? p->kv.ring : seq_len;
     return check_strides(p, rows);
 }
 
@@ -259,74 +259,4 @@ fdec_status fdec_merge(fdec_context *c, uint32_t n, uint32_t H, uint32_t D, fdec
     if (!c->ops->merge)
         return leave(c, fdec_set_error(FDEC_EUNSUPPORTED, "fdec_merge is not available on this backend"));
     return leave(c, c->ops->merge(c->impl, n, H, D, t, outs, lses, out, lse));
-}
-
-/* ---- element conversions ---- */
-
-float fdec_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) bits = sign | 0x7f800000u | (man << 13); /* inf / nan */
-    else if (exp) bits = sign | ((exp + 112) << 23) | (man << 13);
-    else if (!man) bits = sign;
-    else { /* subnormal: normalise */
-        int e = -1;
-        do {
-            man <<= 1;
-            e++;
-        } while (!(man & 0x400));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-uint16_t fdec_f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to >= 65520: inf */
-    if (ax < 0x38800000u) { /* below f16 normal range: subnormal or zero, round to nearest even */
-        if (ax < 0x33000000u) return (uint16_t)sign;
-        /* value = man * 2^(E-150) and the f16 subnormal unit is 2^-24, so r = man >> (126 - E) */
-        uint32_t man = (ax & 0x7fffff) | 0x800000, shift = 126 - (ax >> 23);
-        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1))) r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = ((ax - 0x38000000u) >> 13), rem = ax & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
-    return (uint16_t)(sign | r);
-}
-
-float fdec_bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-uint16_t fdec_f32_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
-    x += 0x7fffu + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
-}
-
-float fdec_load_elem(const void *base, size_t i, fdec_dtype t) {
-    switch (t) {
-    case FDEC_F32: return ((const float *)base)[i];
-    case FDEC_F16: return fdec_f16_to_f32(((const uint16_t *)base)[i]);
-    default: return fdec_bf16_to_f32(((const uint16_t *)base)[i]);
-    }
-}
-
-void fdec_store_elem(void *base, size_t i, fdec_dtype t, float x) {
-    switch (t) {
-    case FDEC_F32: ((float *)base)[i] = x; break;
-    case FDEC_F16: ((uint16_t *)base)[i] = fdec_f32_to_f16(x); break;
-    default: ((uint16_t *)base)[i] = fdec_f32_to_bf16(x); break;
-    }
 }

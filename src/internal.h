@@ -2,7 +2,10 @@
 #ifndef FDEC_INTERNAL_H
 #define FDEC_INTERNAL_H
 
+#include "dtype.h"
 #include "flashdec.h"
+#include "kv.h"
+#include "logits.h"
 #include "state.h"
 
 #include <stddef.h>
@@ -11,12 +14,11 @@
 /* A validated call: every field checked, defaults resolved, strides in elements. */
 typedef struct {
     uint32_t D, H, G, R;    /* head_dim, q heads, kv heads, q heads per kv head */
-    float scale;            /* resolved: 0 became 1/sqrt(head_dim) */
+    fdec_logits logits;     /* the scale (resolved: 0 became 1/sqrt(head_dim)) and the variant */
     uint32_t seq_len;
     uint32_t lo;            /* first attended position */
-    uint32_t ring;          /* 0 or ring capacity */
     fdec_dtype qt, kvt, ot;
-    size_t ps, hs;          /* position and head strides, elements */
+    fdec_kv_layout kv;      /* where the K/V rows are (kv.h) */
 } fdec_problem;
 
 /* Split geometry (plan.c), the same rule for every backend given its parallelism. */
@@ -52,24 +54,24 @@ fdec_status fdec_problem_init(const fdec_layer *layer, uint32_t seq_len, fdec_pr
 /* plan.c: split rule. `lanes` is the parallelism available (CPU threads, or GPU "slots"); `min_chunk` the
  * shortest chunk worth a separate partial state. */
 fdec_split fdec_make_split(const fdec_problem *p, uint32_t lanes, uint32_t min_chunk, uint32_t max_chunks);
+/* One item of a call's work: positions [t0, t1) of sequence seq, KV heads [g0, g1) with all their query heads, into
+ * one partial state (state.h) per query head. */
+typedef struct {
+    uint64_t t0, t1;
+    uint32_t seq, g0, g1;
+} fdec_work;
+
+/* plan.c: the work list of sequence seq's split s, dealt to `runs` runs (the CPU's threads): run i takes the split's
+ * chunks [i n / runs, (i + 1) n / runs) as items over all G KV heads, and where there are more chunks than runs its
+ * last chunk is cut into `cut` items of whole blocks of `align` positions, so that the end of a call is shared out
+ * in small pieces (while the list stays within max_items). Fills w[0 .. count) and first[0 .. runs] (run i is items
+ * [first[i], first[i + 1])) where not NULL; returns the count. Consecutive items are adjacent in position. */
+uint32_t fdec_work_list(const fdec_split *s, uint32_t seq, uint32_t G, uint32_t runs, uint32_t cut, uint32_t align,
+                        uint32_t max_items, fdec_work *w, uint32_t *first);
 /* The most chunks fdec_make_split gives, with the same arguments, any call of p's shape whose attended range is
  * no longer than p's: what a reserve must hold. The count is not monotone in the length (a chunk's length is
  * rounded up to CHUNK_ALIGN, which can leave a longer call fewer chunks), so this is the count before rounding. */
 uint32_t fdec_split_bound(const fdec_problem *p, uint32_t lanes, uint32_t min_chunk, uint32_t max_chunks);
-
-/* Element size of a dtype. */
-static inline size_t fdec_dtype_size(fdec_dtype t) { return t == FDEC_F32 ? 4 : 2; }
-
-/* Scalar conversions (exact for f16/bf16 -> f32; round-to-nearest-even for f32 -> f16/bf16). */
-float fdec_f16_to_f32(uint16_t h);
-uint16_t fdec_f32_to_f16(float f);
-float fdec_bf16_to_f32(uint16_t h);
-uint16_t fdec_f32_to_bf16(float f);
-float fdec_load_elem(const void *base, size_t i, fdec_dtype t);
-void fdec_store_elem(void *base, size_t i, fdec_dtype t, float x);
-
-/* Row index of position t in the cache. */
-static inline uint64_t fdec_row(const fdec_problem *p, uint64_t t) { return p->ring ? t % p->ring : t; }
 
 /* ref.c: float64 reference. out_f64 [H][D], lse_f64 [H] (may be NULL). */
 void fdec_reference(const fdec_problem *p, const void *q, const void *k, const void *v, double *out_f64,

@@ -1,5 +1,6 @@
 /* ref.c — the float64 reference: the oracle for the tests, `flashdec verify` and the benchmark's checks.
- * Straight from the definition in flashdec.h, two passes over the scores, no cleverness. */
+ * Straight from the definition in flashdec.h, two passes over the scores, no cleverness; it reads the cache through
+ * the same address rule (kv.h), type table (dtype.h) and logits hook (logits.h) as the kernels. */
 #include "internal.h"
 
 #include <math.h>
@@ -9,18 +10,18 @@ static double elem(const void *base, size_t i, fdec_dtype t) { return (double)fd
 
 void fdec_reference(const fdec_problem *p, const void *q, const void *k, const void *v, double *out,
                     double *lse) {
-    const uint64_t n = (uint64_t)p->seq_len - p->lo;
+    const uint64_t n = (uint64_t)p->seq_len - p->lo, qpos = p->seq_len - 1;
     double *s = malloc(n * sizeof *s);
     if (!s) abort(); /* test-only code path: the library's own calls never use the reference */
     for (uint32_t h = 0; h < p->H; h++) {
         const uint32_t g = h / p->R;
         double mx = -INFINITY;
         for (uint64_t i = 0; i < n; i++) {
-            size_t base = (size_t)fdec_row(p, p->lo + i) * p->ps + (size_t)g * p->hs;
+            const size_t base = fdec_kv_offset(&p->kv, 0, p->lo + i, g);
             double acc = 0;
             for (uint32_t d = 0; d < p->D; d++)
                 acc += elem(q, (size_t)h * p->D + d, p->qt) * elem(k, base + d, p->kvt);
-            s[i] = acc * (double)p->scale;
+            s[i] = fdec_logit_ref(&p->logits, acc, h, p->lo + i, qpos);
             if (s[i] > mx) mx = s[i];
         }
         double sum = 0;
@@ -28,7 +29,7 @@ void fdec_reference(const fdec_problem *p, const void *q, const void *k, const v
         double *o = out + (size_t)h * p->D;
         for (uint32_t d = 0; d < p->D; d++) o[d] = 0;
         for (uint64_t i = 0; i < n; i++) {
-            size_t base = (size_t)fdec_row(p, p->lo + i) * p->ps + (size_t)g * p->hs;
+            const size_t base = fdec_kv_offset(&p->kv, 0, p->lo + i, g);
             for (uint32_t d = 0; d < p->D; d++) o[d] += s[i] * elem(v, base + d, p->kvt);
         }
         for (uint32_t d = 0; d < p->D; d++) o[d] /= sum;

@@ -4,24 +4,25 @@
  *     m = max_{t in S} s_t,  l = sum_{t in S} exp(s_t - m),  o = sum_{t in S} exp(s_t - m) * V_t
  * Two states over disjoint sets merge exactly: m = max(m1, m2), l = l1*e1 + l2*e2, o = o1*e1 + o2*e2 with
  * e_i = exp(m_i - m). An empty set is m = -inf, l = 0, o = 0 and merges as the identity. The final output is
- * o / l and lse = m + log(l).
+ * o / l and lse = m + log(l). The GPU kernels keep m in base 2 inside a block (fdec_state_weight2) and hand
+ * natural-log states to the merges.
  *
- * The functions are plain C that also compiles as CUDA device code (FDEC_HD).
+ * Every merge of states (the CPU's chunks and groups, fdec_merge, the GPU's block tails and chunk merges) takes its
+ * weights here. The functions are plain C that also compiles as CUDA device code (FDEC_HD).
  */
 #ifndef FDEC_STATE_H
 #define FDEC_STATE_H
 
-#include <math.h>
+#include "hd.h"
 
-#if defined(__CUDACC__)
-#define FDEC_HD __host__ __device__ __forceinline__
-#else
-#define FDEC_HD static inline
-#endif
+#include <math.h>
 
 /* Weight of a state with max m_i in a merge whose max is m. An empty state (m_i = -inf) weighs 0, also when
  * every state is empty (which would give exp(-inf - -inf) = NaN). */
 FDEC_HD float fdec_state_weight(float m_i, float m) { return m_i == -INFINITY ? 0.0f : expf(m_i - m); }
+/* The same in double (the CPU's group totals) and for base-2 maxima (the GPU kernels). */
+FDEC_HD double fdec_state_weight_d(double m_i, double m) { return m_i == -INFINITY ? 0.0 : exp(m_i - m); }
+FDEC_HD float fdec_state_weight2(float m_i, float m) { return m_i == -INFINITY ? 0.0f : exp2f(m_i - m); }
 
 /* Natural-log sum of exponentials of a final state; -inf for an empty one. */
 FDEC_HD float fdec_state_lse(float m, float l) { return l == 0.0f ? -INFINITY : m + logf(l); }
@@ -42,6 +43,14 @@ FDEC_HD float fdec_merge_weights(unsigned n, const float *m, unsigned mstride, c
     }
     *total = T;
     return M;
+}
+
+/* One state's share of a merged o: acc[d] += w * o[d] for d < D (the first state: acc[d] = w * o[d]). */
+FDEC_HD void fdec_state_add(float *acc, const float *o, float w, unsigned D, int first) {
+    if (first)
+        for (unsigned d = 0; d < D; d++) acc[d] = w * o[d];
+    else
+        for (unsigned d = 0; d < D; d++) acc[d] += w * o[d];
 }
 
 #endif

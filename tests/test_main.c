@@ -473,7 +473,7 @@ static void test_nonfinite(path_ctx *pc, int npc) {
             ((float *)pr.q)[(R * g + 1) * D + d] = bad;
             affected_lo = R * g + 1, affected_hi = R * g + 2;
         } else
-            fdec_store_elem(w == 1 || w == 5 ? pr.v : pr.k, (size_t)t * pr.p.ps + g * D + d, kvt, bad);
+            fdec_store_elem(w == 1 || w == 5 ? pr.v : pr.k, (size_t)t * pr.p.kv.ps + g * D + d, kvt, bad);
         inputs in;
         inputs_make(&in, &pr);
         for (int x = 0; x < npc; x++) {
@@ -548,7 +548,7 @@ static void test_merge(void) {
                 else memcpy(lses[i], hl, lb);
                 continue;
             }
-            const size_t off = (size_t)cut[i] * pr.p.ps * kes;
+            const size_t off = (size_t)cut[i] * pr.p.kv.ps * kes;
             ok &= fdec_decode(ctx, &lay, cut[i + 1] - cut[i], in.q, (const char *)in.k + off,
                               (const char *)in.v + off, outs[i], lses[i]) == FDEC_OK;
         }

@@ -57,7 +57,7 @@ int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, f
     }
     if (fdec_problem_init(&pr->layer, seq_len, &pr->p) != FDEC_OK) return -1;
     const fdec_problem *p = &pr->p;
-    pr->kv_elems = (rows - 1) * p->ps + (G - 1) * p->hs + D;
+    pr->kv_elems = (rows - 1) * p->kv.ps + (G - 1) * p->kv.hs + D;
     size_t qn = (size_t)p->H * D, es = fdec_dtype_size(p->kvt);
     pr->q = malloc(qn * fdec_dtype_size(p->qt));
     pr->k = fd_alloc_kv(pr->kv_elems * es);
@@ -68,7 +68,7 @@ int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, f
     fill_nan(pr->v, pr->kv_elems, p->kvt);
     for (uint64_t t = p->lo; t < p->seq_len; t++)
         for (size_t g = 0; g < G; g++) {
-            size_t base = (size_t)fdec_row(p, t) * p->ps + g * p->hs;
+            size_t base = fdec_kv_offset(&p->kv, 0, t, (uint32_t)g);
             for (size_t d = 0; d < D; d++) {
                 fdec_store_elem(pr->k, base + d, p->kvt, (float)(2 * fd_uniform(rng) - 1));
                 fdec_store_elem(pr->v, base + d, p->kvt, (float)(2 * fd_uniform(rng) - 1));
@@ -104,7 +104,7 @@ void fd_reference(fd_problem *pr, double *out, double *lse) {
         for (uint32_t d = 0; d < p->D; d++) qn += fabs(fdec_load_elem(pr->q, (size_t)h * p->D + d, p->qt));
         if (qn > mx) mx = qn; /* |K| <= 1, so |q.k| <= sum |q| */
     }
-    pr->max_logit = mx * fabs(p->scale);
+    pr->max_logit = mx * fabs(p->logits.scale);
 }
 
 /* Tolerance, in absolute terms (V is uniform in [-1, 1]):

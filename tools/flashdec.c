@@ -183,12 +183,12 @@ static int time_case(const preset *ps, uint32_t L, uint32_t threads, const bench
     uint32_t nslide = 1;
     const uint32_t wrows = L - pr.p.lo;
     if (layer.window && !layer.ring_capacity) {
-        const size_t region = (size_t)wrows * pr.p.ps * fdec_dtype_size(pr.p.kvt);
+        const size_t region = (size_t)wrows * pr.p.kv.ps * fdec_dtype_size(pr.p.kvt);
         nslide = (uint32_t)(bo->rotate_bytes / (2 * region));
         if (nslide > L / wrows) nslide = L / wrows;
         if (nslide < 1) nslide = 1;
         for (uint32_t k = 1; k < nslide; k++) {
-            const size_t from = (size_t)pr.p.lo * pr.p.ps * fdec_dtype_size(pr.p.kvt);
+            const size_t from = (size_t)pr.p.lo * pr.p.kv.ps * fdec_dtype_size(pr.p.kvt);
             const size_t to = from - (size_t)k * region;
             memcpy((char *)pr.k + to, (const char *)pr.k + from, region);
             memcpy((char *)pr.v + to, (const char *)pr.v + from, region);

@@ -11,49 +11,27 @@
 
 /* Chunks a thread for calls that read at least LONG_CALL_BYTES: more than one, dealt to the threads as runs with
  * work stealing (below), so that a thread slowed by other work on a shared machine does not hold up the call; each
- * chunk costs one partial state, H x head_dim floats, and its share of the merge. Shorter calls take one chunk a thread
- * (10-30% faster than four below 128 MiB when every chunk began cold: bench/NOTES.md, CPU row 18). 8 a thread from
- * 64 MiB, paired from DRAM against session 23's rule (one a thread below 128 MiB, four from there, no stealing):
- * LFM2 32k 7-14% faster, Llama-3-8B 32k 3-15%, 16k 3-12%, LFM2 131k 5-18%, Llama-3-8B 131k 3-13%, the Gemma 4 layers 0-7%;
- * 4, 16 or 32 a thread were slower than 8 for LFM2 32k and Llama-3-8B 32k, and 8 a thread from 16 MiB slower at 4k (CPU
- * row 52). */
-#ifndef FDEC_CPU_CHUNKS_PER_THREAD
-#define FDEC_CPU_CHUNKS_PER_THREAD 8
-#endif
-#ifndef FDEC_CPU_LONG_CALL_MB
-#define FDEC_CPU_LONG_CALL_MB 64
-#endif
-#define LONG_CALL_BYTES ((size_t)FDEC_CPU_LONG_CALL_MB << 20)
-/* Head_dim from which the rows are prefetched one block ahead rather than fdec_cpu_pf_blocks() (0: never; pf_distance).
- * A block of 32 rows is 128-256 KiB of K and V there; two of them ahead of the one in use crowd a 1 MiB L2. */
-#ifndef FDEC_CPU_PF_ONE_D
-#define FDEC_CPU_PF_ONE_D 256
-#endif
+ * chunk costs one partial state and its share of the merge. Shorter calls take one chunk a thread (every extra chunk
+ * starts cold). TUNING.md has the figures of these constants. */
+#define CHUNKS_PER_THREAD 8
+#define LONG_CALL_BYTES ((size_t)64 << 20)
+/* Head_dim from which the rows are prefetched one block ahead rather than fdec_cpu_pf_blocks(): a block of 32 rows is
+ * 128-256 KiB of K and V there, and two of them ahead of the one in use crowd a 1 MiB L2. */
+#define PF_ONE_D 256
 /* Scratch bound on the split: 64 chunks. */
 #define MAX_CHUNKS 64
-/* With several chunks a thread, the last chunk of each thread's run is cut into CUT_PARTS chunks (whole blocks), so
- * that the end of a call is shared out in small pieces: with even chunks the two threads of a call still ended half a
- * chunk apart (4-9% of the call), with the last cut in 4 1.5-1.8% (bench/NOTES.md, CPU log row 53). Cut in 8 was even
- * and in 16 1-2% slower, paired from DRAM (rows 55 and 72: each piece is a state to merge and a chunk start). At most
- * MAX_STATES partial states in all. */
-#ifndef FDEC_CPU_CUT_PARTS
-#define FDEC_CPU_CUT_PARTS 4
-#endif
+/* With several chunks a thread, the last chunk of each thread's run is cut into CUT_PARTS items (whole blocks), so
+ * that the end of a call is shared out in small pieces (fdec_work_list). At most MAX_STATES partial states in all. */
+#define CUT_PARTS 4
 #define MAX_STATES (2 * MAX_CHUNKS)
-/* Work stealing. A call's chunks are dealt to its threads as contiguous runs, one a thread. A thread works through
- * its run chunk by chunk, asking for the next chunk's first rows while it finishes the one before (as within a
- * chunk); when its run is used up it takes the back half (by positions, in whole chunks) of the run with the most
- * positions left and goes on there. Each chunk is still worked through by one thread into its own partial state, and
- * the states are merged in chunk order, so the result does not depend on which thread took which chunk: the same bytes
- * every call. Without it a call waits for its slowest thread: on this shared 2-vCPU machine the two threads of a call
- * ended a median 6-14% of the call apart (bench/micro/pool_gap.c; bench/NOTES.md, CPU log rows 52 and 53). 0: no
- * stealing (each run stays with its thread). */
-#ifndef FDEC_CPU_STEAL
-#define FDEC_CPU_STEAL 1
-#endif
-/* A chunk should read at least this many bytes of K/V so that waking a thread for it pays off: 256 KiB takes
- * about 16 us at the 15-16 GB/s one thread reads K/V at here (make bench, 1 thread), several wake-ups' worth.
- * Chosen, not swept (bench/NOTES.md). */
+/* Work stealing. A call's items are dealt to its threads as contiguous runs, one a thread. A thread works through
+ * its run item by item, asking for the next item's first rows while it finishes the one before (as within an item);
+ * when its run is used up it takes the back half (by positions, in whole items) of the run with the most positions
+ * left and goes on there. Each item is still worked through by one thread into its own partial state, and the states
+ * are merged in item order, so the result does not depend on which thread took which item: the same bytes every
+ * call. Without it a call waits for its slowest thread. */
+/* A chunk should read at least this many bytes of K/V so that waking a thread for it pays off: 256 KiB takes about
+ * 16 us at the rate one thread reads K/V, several wake-ups' worth. */
 #define MIN_CHUNK_BYTES (256u << 10)
 
 typedef struct {
@@ -81,30 +59,16 @@ static uint64_t xcr0(void) {
 #endif
 
 uint32_t fdec_cpu_pf_blocks(void) {
-#ifdef FDEC_CPU_PF_BLOCKS
-    return FDEC_CPU_PF_BLOCKS > 0 ? FDEC_CPU_PF_BLOCKS : 1;
-#else
 #ifdef FDEC_X86
     unsigned a = 0, b = 0, c = 0, d = 0; /* zeroed: -O1 cannot see that __get_cpuid sets them */
     if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu)
         return 1; /* "GenuineIntel" */
 #endif
     return 2;
-#endif
 }
 
-/* The prefetch distance of a call of head_dim D: one block from FDEC_CPU_PF_ONE_D on, the machine's below it (a
- * distance the build sets holds for every head_dim). One block instead of Zen 4's two, from DRAM, paired: the Gemma 4
- * sliding geometry 2-5% faster at 32k, 3-5% at 131k, 2-6% at 1k, the Gemma 4 full layer 1-2% (bench/NOTES.md, CPU log
- * row 49). */
-static uint32_t pf_distance(const cpu_impl *c, uint32_t D) {
-#ifdef FDEC_CPU_PF_BLOCKS
-    (void)D;
-#else
-    if (FDEC_CPU_PF_ONE_D > 0 && D >= FDEC_CPU_PF_ONE_D) return 1;
-#endif
-    return c->pf_blocks;
-}
+/* The prefetch distance of a call of head_dim D: one block from PF_ONE_D on, the machine's below it. */
+static uint32_t pf_distance(const cpu_impl *c, uint32_t D) { return D >= PF_ONE_D ? 1 : c->pf_blocks; }
 
 /* By cpuid and xgetbv rather than __builtin_cpu_supports, whose feature names differ between compilers. */
 unsigned fdec_cpu_features(void) {
@@ -194,12 +158,12 @@ static fdec_status choose_path(fdec_cpu_path want, fdec_cpu_path *out) {
 /* bound (may be NULL): the most chunks of any call of p's shape up to p's length, for a reserve's scratch
  * (fdec_split_bound; the lanes only grow with the length). */
 static fdec_split cpu_split(const cpu_impl *c, const fdec_problem *p, uint32_t *bound) {
-    size_t bytes_per_pos = 2 * (size_t)p->G * p->D * fdec_dtype_size(p->kvt);
+    size_t bytes_per_pos = 2 * (size_t)p->G * fdec_dtype_bytes(p->kvt, p->D);
     size_t min_chunk = MIN_CHUNK_BYTES / bytes_per_pos;
     if (min_chunk < FDEC_CPU_NB) min_chunk = FDEC_CPU_NB;
     const uint32_t mc = (uint32_t)(min_chunk > UINT32_MAX ? UINT32_MAX : min_chunk);
     const size_t call_bytes = (size_t)(p->seq_len - p->lo) * bytes_per_pos; /* the attended positions */
-    uint32_t lanes = c->threads > 1 ? c->threads * (call_bytes >= LONG_CALL_BYTES ? FDEC_CPU_CHUNKS_PER_THREAD : 1) : 1;
+    uint32_t lanes = c->threads > 1 ? c->threads * (call_bytes >= LONG_CALL_BYTES ? CHUNKS_PER_THREAD : 1) : 1;
     if (bound) *bound = fdec_split_bound(p, lanes, mc, MAX_CHUNKS);
     return fdec_make_split(p, lanes, mc, MAX_CHUNKS);
 }
@@ -223,29 +187,9 @@ static layout scratch_layout(const fdec_problem *p, uint32_t nc, uint32_t nq) {
     return L;
 }
 
-/* The chunks of a call split as s over `runs` threads' runs: run i takes the split's chunks [i n / runs, (i + 1) n /
- * runs), its last one cut into FDEC_CPU_CUT_PARTS where there are more chunks than runs. Fills bound[0 .. count] (chunk
- * c is [bound[c], bound[c + 1])) and first[0 .. runs] (run i is chunks [first[i], first[i + 1])) where not NULL;
- * returns the count, at most MAX_STATES. */
-static uint32_t cut_chunks(const fdec_split *s, uint32_t runs, uint64_t *bound, uint32_t *first) {
-    const uint32_t n = s->num_chunks;
-    const int cut = FDEC_CPU_CUT_PARTS > 1 && n > runs && n + (FDEC_CPU_CUT_PARTS - 1) * runs <= MAX_STATES;
-    uint32_t nc = 0;
-    for (uint32_t i = 0; i < runs; i++) {
-        const uint32_t u0 = (uint32_t)((uint64_t)i * n / runs), u1 = (uint32_t)((uint64_t)(i + 1) * n / runs);
-        if (first) first[i] = nc;
-        for (uint32_t u = u0; u < u1; u++) {
-            const uint64_t a0 = (uint64_t)s->lo + (uint64_t)u * s->chunk_len, e = a0 + s->chunk_len;
-            const uint64_t a1 = e < s->hi ? e : s->hi;
-            const uint64_t part = (a1 - a0) / FDEC_CPU_CUT_PARTS / FDEC_CPU_NB * FDEC_CPU_NB;
-            const uint32_t parts = cut && u + 1 == u1 && part > 0 ? FDEC_CPU_CUT_PARTS : 1;
-            for (uint32_t g = 0; g < parts; g++, nc++)
-                if (bound) bound[nc] = a0 + g * part;
-        }
-    }
-    if (first) first[runs] = nc;
-    if (bound) bound[nc] = s->hi;
-    return nc;
+/* The work list of a call split as s over `runs` threads' runs (fdec_work_list with the CPU's cut). */
+static uint32_t cpu_work(const fdec_problem *p, const fdec_split *s, uint32_t runs, fdec_work *w, uint32_t *first) {
+    return fdec_work_list(s, 0, p->G, runs, CUT_PARTS, FDEC_CPU_NB, MAX_STATES, w, first);
 }
 
 static uint32_t call_runs(const cpu_impl *c, const fdec_split *s) {
@@ -264,7 +208,7 @@ static fdec_status ensure_scratch(cpu_impl *c, size_t bytes) {
 
 /* ---- one call ---- */
 
-/* A run of chunks [front, back) in one word (front << 32 | back): its thread moves the front, a thief the back. One
+/* A run of items [front, back) in one word (front << 32 | back): its thread moves the front, a thief the back. One
  * a cache line, so that two threads' claims do not share one. */
 typedef struct {
     _Alignas(64) _Atomic uint64_t w;
@@ -276,49 +220,48 @@ typedef struct {
     const void *q;          /* the caller's q */
     float *qs;              /* runs copies of q, H x Dp floats each */
     const cpu_impl *c;      /* the path's kernel and conversions */
-    float *m, *l, *o; /* the chunks' partial states */
-    float *work;      /* the kernel's work area, one a run (fdec_cpu_work_floats) */
-    uint32_t runs;   /* tasks: one run of chunks each */
+    float *m, *l, *o;       /* the items' partial states */
+    float *work;            /* the kernel's work area, one a run (fdec_cpu_work_floats) */
+    uint32_t runs;          /* tasks: one run of items each */
     run_word *run;
-    const uint64_t *bound; /* chunk c is positions [bound[c], bound[c + 1]) */
-    uint32_t nc;           /* chunks (partial states), merged into out and lse (merge_task) */
+    const fdec_work *item;  /* the work list (adjacent in position) */
+    uint32_t nc;            /* items (partial states), merged into out and lse (merge_task) */
     void *out;
     float *lse;
 } run_ctx;
 
-/* Chunk c into its partial state, with the work area of the run that runs it; the rows of the positions up to pf_end
+/* Positions of items [f, b), b > f. */
+static uint64_t span(const run_ctx *r, uint64_t f, uint64_t b) { return r->item[b - 1].t1 - r->item[f].t0; }
+
+/* Item c into its partial state, with the work area of the run that runs it; the rows of the positions up to pf_end
  * may be asked for ahead. */
 static void run_one(const run_ctx *r, const fdec_cpu_args *a, uint32_t c, uint64_t pf_end, int ramp, float *work) {
-    /* One chunk a run (the calls under LONG_CALL_BYTES) on several threads: the chunk sums into its run's work area
-     * and writes its state once, at its end. The likely cause of the gain: the state's lines were read by the other
-     * thread in the last call's merge, and summing into them block by block waited on them. 2 threads from DRAM,
-     * paired in both orders: no case's median slower; LFM2 1k 1-2% faster in most minutes and 14-19% in the minutes
-     * when both builds' calls ran ~40% slow (~115 us instead of ~80), Llama-3-8B 4k up to 14%, the Gemma 4 full layer
-     * 1k and 4k up to 5-7%. For every chunk it was even for the Gemma 4 full layer at 32k and 1.5-4% slower for
-     * Llama-3-8B at 32k (bench/NOTES.md, CPU log row 79). */
-    const fdec_cpu_range rg = {r->bound[c], r->bound[c + 1], pf_end, ramp, r->runs > 1 && r->nc == r->runs};
+    /* With one item a run (the calls under LONG_CALL_BYTES) on several threads the item sums into its run's work area
+     * and writes its state once, at its end: the state's lines were read by the other thread in the last call's
+     * merge, and summing into them block by block waited on them (TUNING.md). */
+    const fdec_work *w = &r->item[c];
+    const fdec_cpu_range rg = {w->t0, w->t1, pf_end, ramp, r->runs > 1 && r->nc == r->runs};
     r->c->chunk(a, &rg, r->m + (size_t)c * a->H, r->l + (size_t)c * a->H,
                 r->o + (size_t)c * a->H * fdec_cpu_padded_dim(a->D), work);
 }
 
 static uint64_t run_pack(uint64_t front, uint64_t back) { return front << 32 | back; }
 
-/* Moves the back of the run with the most positions left to run `self`: the last chunks that hold at most half of
+/* Moves the back of the run with the most positions left to run `self`: the last items that hold at most half of
  * them, at least one. 0: none left. */
 static int steal(const run_ctx *r, uint32_t self) {
-    if (!FDEC_CPU_STEAL) return 0;
     for (;;) {
         uint32_t best = r->runs;
         uint64_t bw = 0, most = 0;
         for (uint32_t i = 0; i < r->runs; i++) {
             const uint64_t w = atomic_load_explicit(&r->run[i].w, memory_order_relaxed);
             const uint64_t f = w >> 32, b = w & 0xffffffffu;
-            if (i != self && b > f && r->bound[b] - r->bound[f] > most) best = i, bw = w, most = r->bound[b] - r->bound[f];
+            if (i != self && b > f && span(r, f, b) > most) best = i, bw = w, most = span(r, f, b);
         }
         if (best == r->runs) return 0;
         const uint64_t b = bw & 0xffffffffu, f = bw >> 32;
         uint64_t take = 1;
-        while (b - take > f && 2 * (r->bound[b] - r->bound[b - take - 1]) <= most) take++;
+        while (b - take > f && 2 * span(r, b - take - 1, b) <= most) take++;
         if (atomic_compare_exchange_strong_explicit(&r->run[best].w, &bw, run_pack(f, b - take),
                                                     memory_order_relaxed, memory_order_relaxed)) {
             atomic_store_explicit(&r->run[self].w, run_pack(b - take, b), memory_order_relaxed);
@@ -331,29 +274,28 @@ static int steal(const run_ctx *r, uint32_t self) {
 static void load_q(const fdec_problem *p, const void *q, float *qs, fdec_cpu_cvt_in_fn cvt) {
     const uint32_t Dp = fdec_cpu_padded_dim(p->D);
     for (uint32_t h = 0; h < p->H; h++) {
-        cvt(qs + (size_t)h * Dp, (const char *)q + (size_t)h * p->D * fdec_dtype_size(p->qt), p->D, p->qt, p->scale);
+        cvt(qs + (size_t)h * Dp, (const char *)q + fdec_dtype_bytes(p->qt, (size_t)h * p->D), p->D, p->qt,
+            p->logits.scale);
         for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
     }
 }
 
-/* Task i: run i's chunks, front first, then whatever it can steal. Each chunk is claimed by moving its run's front
+/* Task i: run i's items, front first, then whatever it can steal. Each item is claimed by moving its run's front
  * past it; the rows asked for ahead reach to the end of the run as it stands. */
 static void run_task(void *arg, uint32_t i, uint32_t n) {
     (void)n;
     const run_ctx *r = arg;
     /* q, scaled and padded, in this run's own copy, written by the thread that reads it: one copy written by the caller
-     * and read by every thread had its lines move between the cores each call, which made the caller's next writes to
-     * it wait on them (15-19 us a call at the Gemma 4 full layer's 16 x 512 floats with 2 threads, 1.3 us with one;
-     * bench/NOTES.md, CPU log row 56) */
+     * and read by every thread had its lines move between the cores each call */
     fdec_cpu_args a = *r->a;
     float *qs = r->qs + (size_t)i * a.H * fdec_cpu_padded_dim(a.D);
     load_q(r->p, r->q, qs, r->c->cvt_in);
     a.q = qs;
-    float *work = r->work + (size_t)i * fdec_cpu_work_floats(a.H, a.D); /* each chunk it runs, stolen ones too */
+    float *work = r->work + (size_t)i * fdec_cpu_work_floats(a.H, a.D); /* each item it runs, stolen ones too */
     _Atomic uint64_t *me = &r->run[i].w;
     uint64_t w = atomic_load_explicit(me, memory_order_relaxed);
-    /* the chunk after the last one this thread ran, and the end of the rows asked for ahead then (a chunk index):
-     * that chunk starts warm if it lies within them */
+    /* the item after the last one this thread ran, and the end of the rows asked for ahead then (an item index):
+     * that item starts warm if it lies within them */
     uint64_t next = UINT64_MAX, asked = 0;
     for (;;) {
         const uint64_t f = w >> 32, b = w & 0xffffffffu;
@@ -365,7 +307,7 @@ static void run_task(void *arg, uint32_t i, uint32_t n) {
         if (!atomic_compare_exchange_weak_explicit(me, &w, run_pack(f + 1, b), memory_order_relaxed,
                                                    memory_order_relaxed))
             continue; /* a thief moved the back: w holds the word now */
-        run_one(r, &a, (uint32_t)f, r->bound[b], f != next || f >= asked, work);
+        run_one(r, &a, (uint32_t)f, r->item[b - 1].t1, f != next || f >= asked, work);
         next = f + 1, asked = b;
         w = atomic_load_explicit(me, memory_order_relaxed);
     }
@@ -393,26 +335,21 @@ static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec
 }
 
 /* Merge task i of n: merges the r->nc partial states (state.h) of heads [i H / n, (i + 1) H / n) and writes out
- * (converted) and lse; each head's sums are the same whichever thread does them. The merged row is built in chunk 0's
- * o, which is not needed afterwards. On the threads of the call, not the caller alone: at 32k the Gemma 4 full layer's
- * 28 states took 115 us to merge on one thread, half of them read from the other core (CPU log row 56). */
+ * (converted) and lse; each head's sums are the same whichever thread does them. The merged row is built in state 0's
+ * o, which is not needed afterwards. On the threads of the call, not the caller alone: half the states were written
+ * by the other core. */
 static void merge_task(void *arg, uint32_t i, uint32_t n) {
     const run_ctx *r = arg;
     const fdec_problem *p = r->p;
     const uint32_t nc = r->nc, h0 = (uint32_t)((uint64_t)i * p->H / n), h1 = (uint32_t)((uint64_t)(i + 1) * p->H / n);
-    const size_t Dp = fdec_cpu_padded_dim(p->D), es = fdec_dtype_size(p->ot);
-    void *out = r->out;
-    float *lse = r->lse;
+    const size_t Dp = fdec_cpu_padded_dim(p->D);
     for (uint32_t h = h0; h < h1; h++) {
         float w[MAX_STATES], L;
         const float M = fdec_merge_weights(nc, r->m + h, p->H, r->l + h, p->H, w, &L);
         float *acc = r->o + (size_t)h * Dp;
-        for (uint32_t d = 0; d < p->D; d++) acc[d] *= w[0];
-        for (uint32_t c = 1; c < nc; c++) {
-            const float *oc = r->o + ((size_t)c * p->H + h) * Dp, wc = w[c];
-            for (uint32_t d = 0; d < p->D; d++) acc[d] += wc * oc[d];
-        }
-        finish_row(acc, p->D, M, L, (char *)out + (size_t)h * p->D * es, p->ot, lse ? lse + h : NULL, r->c->cvt_out);
+        for (uint32_t c = 0; c < nc; c++) fdec_state_add(acc, r->o + ((size_t)c * p->H + h) * Dp, w[c], p->D, c == 0);
+        finish_row(acc, p->D, M, L, (char *)r->out + fdec_dtype_bytes(p->ot, (size_t)h * p->D), p->ot,
+                   r->lse ? r->lse + h : NULL, r->c->cvt_out);
     }
 }
 
@@ -432,7 +369,6 @@ static fdec_status cpu_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fde
     fdec_status st = ensure_scratch(c, (2 * (size_t)n + D) * sizeof(float));
     if (st) return st;
     float *a = c->scratch, *w = a + n, *acc = w + n, row[FDEC_MAX_HEAD_DIM];
-    const size_t es = fdec_dtype_size(t);
     for (uint32_t h = 0; h < H; h++) {
         for (uint32_t i = 0; i < n; i++) a[i] = lses[i][h];
         float L;
@@ -440,10 +376,10 @@ static fdec_status cpu_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fde
         for (uint32_t d = 0; d < D; d++) acc[d] = 0.0f;
         for (uint32_t i = 0; i < n; i++) {
             if (w[i] == 0.0f) continue;
-            c->cvt_in(row, (const char *)outs[i] + (size_t)h * D * es, D, t, w[i]);
-            for (uint32_t d = 0; d < D; d++) acc[d] += row[d];
+            c->cvt_in(row, (const char *)outs[i] + fdec_dtype_bytes(t, (size_t)h * D), D, t, 1.0f);
+            fdec_state_add(acc, row, w[i], D, 0);
         }
-        finish_row(acc, D, M, L, (char *)out + (size_t)h * D * es, t, lse ? lse + h : NULL, c->cvt_out);
+        finish_row(acc, D, M, L, (char *)out + fdec_dtype_bytes(t, (size_t)h * D), t, lse ? lse + h : NULL, c->cvt_out);
     }
     return FDEC_OK;
 }
@@ -452,10 +388,10 @@ static fdec_status cpu_reserve(void *impl, const fdec_problem *p) {
     cpu_impl *c = impl;
     uint32_t most = 0;
     cpu_split(c, p, &most);
-    /* a call of n <= most chunks keeps n states, or n + (CUT_PARTS - 1) runs with runs <= min(threads, n) (cut_chunks),
-     * and a copy of q a run */
+    /* a call of n <= most chunks keeps n states, or n + (CUT_PARTS - 1) runs with runs <= min(threads, n)
+     * (fdec_work_list), and a copy of q a run */
     const uint32_t runs = c->threads < most ? c->threads : most;
-    uint32_t states = most + (FDEC_CPU_CUT_PARTS - 1) * runs;
+    uint32_t states = most + (CUT_PARTS - 1) * runs;
     return ensure_scratch(c, scratch_layout(p, states < MAX_STATES ? states : MAX_STATES, runs).total);
 }
 
@@ -463,17 +399,18 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
                               void *out, float *lse) {
     cpu_impl *c = impl;
     fdec_split s = cpu_split(c, p, NULL);
-    uint64_t bound[MAX_STATES + 1];
+    fdec_work item[MAX_STATES];
     uint32_t first[MAX_CHUNKS + 1];
     run_word run[MAX_CHUNKS]; /* on this stack: the call returns only when every task has */
-    const uint32_t runs = call_runs(c, &s), nc = cut_chunks(&s, runs, bound, first);
+    const uint32_t runs = call_runs(c, &s), nc = cpu_work(p, &s, runs, item, first);
     layout L = scratch_layout(p, nc, runs);
     fdec_status st = ensure_scratch(c, L.total);
     if (st) return st;
     char *base = c->scratch;
-    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->ps, p->hs, p->ring, p->kvt, k, v, NULL, pf_distance(c, p->D)};
+    const uint64_t qpos = p->seq_len - 1;
+    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->kv, p->kvt, k, v, NULL, &p->logits, qpos, pf_distance(c, p->D)};
     run_ctx r = {&a, p, q, (float *)(base + L.q), c, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
-                 (float *)(base + L.s), runs, run, bound, nc, out, lse};
+                 (float *)(base + L.s), runs, run, item, nc, out, lse};
     for (uint32_t i = 0; i < runs; i++) atomic_init(&run[i].w, run_pack(first[i], first[i + 1]));
     run_tasks(c, run_task, &r, runs);
     run_tasks(c, merge_task, &r, runs < p->H ? runs : p->H); /* a one-chunk call has one run: one task */
@@ -485,9 +422,9 @@ static void cpu_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     fdec_split s = cpu_split(c, p, NULL);
     info->kv_start = s.lo;
     info->kv_end = s.hi;
-    const uint32_t runs = call_runs(c, &s), nc = cut_chunks(&s, runs, NULL, NULL);
+    const uint32_t runs = call_runs(c, &s), nc = cpu_work(p, &s, runs, NULL, NULL);
     info->num_chunks = nc;
-    info->chunk_len = s.chunk_len; /* the longest; the cut ones are shorter (cut_chunks) */
+    info->chunk_len = s.chunk_len; /* the longest; the cut ones are shorter (fdec_work_list) */
     info->grouped = 1;
     info->scratch_bytes = scratch_layout(p, nc, runs).total;
     info->path = fdec_cpu_path_name(c->path);

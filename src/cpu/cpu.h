@@ -5,23 +5,16 @@
 #include "../internal.h"
 
 /* Positions per kernel block: 32 rows of K and V per head stay in L1 between the score and the output pass
- * (32 x 512 x 2 B = 32 KiB at the largest head_dim in f16), and 32 weights fill two AVX-512 vectors. 16 and 64
- * measured worse or no better (bench/NOTES.md, CPU log rows 12 and 24). */
-#ifndef FDEC_CPU_NB
+ * (32 x 512 x 2 B = 32 KiB at the largest head_dim in f16), and 32 weights fill two AVX-512 vectors (TUNING.md). */
 #define FDEC_CPU_NB 32
-#endif
 
 /* head_dim rounded up to 16: the row pitch of q and o. */
 static inline uint32_t fdec_cpu_padded_dim(uint32_t D) { return (D + 15) / 16 * 16; }
 
 /* o and l are summed in three levels: a block's positions (from zero in the output tile's registers), the blocks of a
- * group of FDEC_CPU_GROUP_BLOCKS, then the groups. One running sum over a whole chunk piles up the rounding of adding
- * like terms to a growing sum: with the same V at every position, one thread, out came 1.5e-6 off V at 1,000 positions,
- * 5e-6 at 16k and 1.4e-5 at 131k; in levels 4.4e-7, 3.6e-7 and 6.9e-7, at no cost in time (bench/NOTES.md, CPU log
- * row 62). */
-#ifndef FDEC_CPU_GROUP_BLOCKS
+ * group of FDEC_CPU_GROUP_BLOCKS, then the groups, so that no f32 sum of like terms grows long enough to drift
+ * (TUNING.md). */
 #define FDEC_CPU_GROUP_BLOCKS 32
-#endif
 
 /* Floats of work (sT) one kernel call needs for H heads: a block's scores of every head (H x NB), then for each head
  * the totals of the groups before the current one in double (Dp of o, then l and their max, padded to Dp + 16), then
@@ -33,17 +26,16 @@ static inline size_t fdec_cpu_work_floats(uint32_t H, uint32_t D) {
 
 typedef struct {
     uint32_t D, H, G, R;     /* Dp below: fdec_cpu_padded_dim(D), the row pitch of q and o */
-    size_t ps, hs;           /* element strides */
-    uint64_t ring;
+    fdec_kv_layout kv;       /* the address rule (kv.h) */
     fdec_dtype kvt;
-    const void *k, *v;
+    const void *k, *v;       /* the sequence's cache (kv.ss already applied) */
     const float *q;          /* [H][Dp] f32, pre-multiplied by scale, zero-padded */
+    const fdec_logits *logits;
+    uint64_t qpos;           /* the query's position (the logits hook's) */
     uint32_t pf_blocks;      /* blocks ahead the kernel prefetches rows (>= 1): pf_distance (cpu.c) */
 } fdec_cpu_args;
 
-/* The prefetch distance in blocks for this machine: FDEC_CPU_PF_BLOCKS when the build sets it, otherwise 1 on Intel
- * processors and 2 elsewhere. AMD Zen 4: 2 best, 1, 3, 4 and 8 slower (bench/NOTES.md, CPU log rows 6 and 15);
- * Intel Xeon (Emerald Rapids): 1 best, 5-9% faster than 2 from DRAM, 3 and 4 slower (CPU log row 36). */
+/* The prefetch distance in blocks for this machine: 1 on Intel processors, 2 elsewhere (TUNING.md). */
 uint32_t fdec_cpu_pf_blocks(void);
 
 /* A kernel call's positions [t0, t1). The rows it asks for ahead of use may run on to pf_end (>= t1): the positions
@@ -58,7 +50,7 @@ typedef struct {
 } fdec_cpu_range;
 
 /* Partial state of all H heads over the positions of r: m[H], l[H], o[H][Dp]. sT: fdec_cpu_work_floats(H, D) floats
- * of work (the scores of a block, every KV head's with FDEC_CPU_ROWMAJOR, the earlier groups' totals and, with r->own,
+ * of work (the scores of a block, every KV head's in the row-major order, the earlier groups' totals and, with r->own,
  * the chunk's own copy of its state: kern.h). */
 typedef void (*fdec_cpu_chunk_fn)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *m, float *l, float *o,
                                   float *sT);

@@ -21,7 +21,7 @@
 
 /* How long a worker spins for the next run before it sleeps. A futex wake-up costs tens of microseconds on the
  * VMs measured here, as much as a whole 1k-context call, while the next layer's call usually comes within
- * this (bench/NOTES.md). Counted in time, not iterations: a pause lasts 8 to 140 cycles across x86 cores. */
+ * this (TUNING.md). Counted in time, not iterations: a pause lasts 8 to 140 cycles across x86 cores. */
 #define SPIN_NS 300000
 
 struct fdec_pool {

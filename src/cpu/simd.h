@@ -15,7 +15,7 @@
  *   vround(x), vldexp(p, n)   round to nearest integer; p * 2^n (the two ISA-specific steps of vexp)
  *   vexp(x)           e^x, relative error < 2e-7, NaN in gives NaN out (written once, below the sections)
  *   vpin(&x)          keeps x in a register: stops the compiler from folding its load into every FMA that uses
- *                     it (which turns one load into one per use; bench/NOTES.md, CPU row 14)
+ *                     it (which turns one load into one per use)
  */
 #ifndef FDEC_SIMD_H
 #define FDEC_SIMD_H
@@ -82,8 +82,8 @@ ALWAYS_INLINE V vloadf(const float *p) { return _mm512_loadu_ps(p); }
 ALWAYS_INLINE void vstoref(float *p, V x) { _mm512_storeu_ps(p, x); }
 ALWAYS_INLINE V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 /* *p * b + c with the broadcast of *p done by the FMA's memory operand ({1to16}), which the load unit does: a
- * separate vbroadcastss takes a slot of the FP pipes that the FMAs need (bench/micro/fma_mix.c: 16 FMAs with 8
- * broadcasts 17% slower than 16 FMAs alone, with embedded broadcasts as fast; CPU log row 23). Written in asm because
+ * separate vbroadcastss takes a slot of the FP pipes that the FMAs need (16 FMAs with 8 broadcasts ran 17% slower
+ * than 16 FMAs alone, with embedded broadcasts as fast). Written in asm because
  * the compilers keep a broadcast used twice in a register. */
 ALWAYS_INLINE V vfma_bcast(const float *p, V b, V c) {
     __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(c) : "v"(b), "m"(*p));
@@ -113,9 +113,8 @@ ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
 /* out[i] = sum of a[i]'s lanes for the 16 vectors a[0..15], by a transposing add tree: 45 shuffles and adds for 16
  * sums instead of 16 separate reductions of 8 steps. The tree works inside the 128-bit lanes first (24 vshufps) and
  * crosses them only in its last two stages (6 vshuff32x4), which leaves the sums in order. Beside the score pass's
- * f16 conversions a lane-crossing vshuff32x4 takes FP-pipe time and a vshufps does not (bench/micro/fma_shuffle.c
- * on Zen 4: 16 FMAs + 4 conversions 4.55 ns, + 8 vshufps 4.5, + 8 vshuff32x4 5.6); the tree before it crossed lanes
- * first, with 24 of them and a vpermps (bench/NOTES.md, CPU log row 41). */
+ * f16 conversions a lane-crossing vshuff32x4 takes FP-pipe time and a vshufps does not (on Zen 4: 16 FMAs + 4
+ * conversions 4.55 ns, + 8 vshufps 4.5, + 8 vshuff32x4 5.6). */
 ALWAYS_INLINE V vreduce_vec(const V *a) {
     V w[8], u[4], z[2];
     for (int i = 0; i < 8; i++) /* per 128-bit lane: [x0 + x2, x1 + x3, y0 + y2, y1 + y3] of x = a[2i], y = a[2i+1] */
@@ -176,8 +175,8 @@ ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
 }
 /* out[i] = sum of a[i]'s lanes for the 8 vectors a[0..7]: a transposing add tree that stays inside the 128-bit
  * lanes until its last step (shufps and adds), where each group of four sums is its low lane plus its high lane.
- * A cross-lane vperm2f128 costs ~2.4 cycles of the FP pipes on Zen 1 (bench/micro/fma_mix_avx2.c), and the tree
- * that began with four of them took 6% of Llama's in-cache time there (bench/NOTES.md, CPU log row 40). */
+ * A cross-lane vperm2f128 costs ~2.4 cycles of the FP pipes on Zen 1, where a tree that began with four of them took
+ * 6% of Llama's in-cache time. */
 ALWAYS_INLINE void vreduce_all(const V *a, float *out) {
     V u[4], t[2];
     for (int i = 0; i < 4; i++) /* per lane: [a0 + a2, a1 + a3] of a[2i], then the same of a[2i + 1] */
@@ -281,8 +280,7 @@ ALWAYS_INLINE void vreduce_rows_mem(const V *a, float *out, size_t pitch, const 
 }
 #if FDEC_ISA == 2
 /* With AVX-512 the rows of 4, 8 and 16 go straight from the register. Through the 64-byte array of vreduce_rows_mem,
- * copied 16 bytes at a time, the first copy's load waited on the 64-byte store (4% of LFM2's samples in L3;
- * bench/NOTES.md, CPU log row 41). */
+ * copied 16 bytes at a time, the first copy's load waited on the 64-byte store. */
 ALWAYS_INLINE void vreduce_rows(const V *a, float *out, size_t pitch, const uint32_t P) {
     if (P < 4) {
         vreduce_rows_mem(a, out, pitch, P);

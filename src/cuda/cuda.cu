@@ -205,7 +205,7 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     launch_plan lp;
     const size_t es = fdec_dtype_size(p->kvt);
     const int dfast = p->D == 64 || p->D == 128 || p->D == 256 || p->D == 512;
-    lp.fast = dfast && (p->ps * es) % 16 == 0 && (p->hs * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
+    lp.fast = dfast && (p->kv.ps * es) % 16 == 0 && (p->kv.hs * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
     uint32_t vec = (uint32_t)(16 / es), lanes_per_row = p->D / vec < 32 ? p->D / vec : 32;
     int elems = lp.fast ? (int)(p->D / lanes_per_row) : FDEC_MAX_HEAD_DIM / 32; /* as fdec_shape */
     /* 16-bit K/V on the fast shapes: the tensor-core kernel (mma.cuh), 8 heads a tile */
@@ -364,10 +364,10 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     prm.part_m = prm.part_o + (size_t)p->H * nc * p->D;
     prm.part_l = prm.part_m + (size_t)p->H * nc;
     prm.D = p->D, prm.H = p->H, prm.G = p->G, prm.R = p->R;
-    prm.lo = lp.split.lo, prm.hi = lp.split.hi, prm.ring = p->ring, prm.ring_lo = p->ring ? p->lo % p->ring : 0;
+    prm.lo = lp.split.lo, prm.hi = lp.split.hi, prm.ring = p->kv.ring, prm.ring_lo = (uint32_t)fdec_kv_row(p->kv.ring, p->lo);
     prm.nc = nc, prm.chunk_len = lp.split.chunk_len;
-    prm.ps = p->ps, prm.hs = p->hs;
-    prm.scale_log2 = p->scale * 1.4426950408889634f;
+    prm.ps = p->kv.ps, prm.hs = p->kv.hs;
+    prm.scale_log2 = p->logits.scale * 1.4426950408889634f;
     prm.qt = (int)p->qt, prm.ot = (int)p->ot;
     if ((st = configure(c, (const void *)lp.fn, lp.smem))) return st;
     /* on sm_90 both kernels are programmatic dependent launches (cudaLaunchAttributeProgrammaticStreamSerialization):

@@ -320,8 +320,6 @@ __device__ __forceinline__ void raw_to_f32(const typename fdec_raw<KT, VEC>::typ
     for (int i = 0; i < VEC; i++) x[i] = fdec_to_f32(e[i]);
 }
 
-/* Weight of a base-2 state with max mi in a merge whose max is m (state.h's rule, in base 2). */
-__device__ __forceinline__ float fdec_weight2(float mi, float m) { return mi == -INFINITY ? 0.f : exp2f(mi - m); }
 
 /* ---- the merge of partial states: one piece of code for the split-KV combine and for fdec_merge ---- */
 
@@ -479,7 +477,7 @@ __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, 
             for (int w = 0; w < NS; w++) M = fmaxf(M, sm_m[w * RT + r]);
 #pragma unroll
             for (int w = 0; w < NS; w++) {
-                const float wt = fdec_weight2(sm_m[w * RT + r], M);
+                const float wt = fdec_state_weight2(sm_m[w * RT + r], M);
                 sm_w[w][r] = wt;
                 L += wt * sm_l[w * RT + r];
             }
@@ -718,7 +716,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         if constexpr (SUMS) {
 #pragma unroll
             for (int r = 0; r < RT; r++) {
-                const float w = fdec_weight2(mt[r], m[r]); /* m >= mt: the block's max includes the totals' */
+                const float w = fdec_state_weight2(mt[r], m[r]); /* m >= mt: the block's max includes the totals' */
                 /* the block's sum b into the total t, weighted by w; b restarts (or is the state, last) */
                 auto add = [&](float &t, float &b) {
                     if constexpr (COMP) { /* compensated: b keeps the add's rounding error, the next block's start */
@@ -777,7 +775,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
             float smax = m[r];
 #pragma unroll
             for (int u = 0; u < U; u++) smax = fmaxf(smax, s[u][r]);
-            const float alpha = fdec_weight2(m[r], smax);
+            const float alpha = fdec_state_weight2(m[r], smax);
             float psum = 0.f;
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -902,7 +900,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_decode_kernel(const
         for (int r = 0; r < RT; r++) {
             float mo = __shfl_xor_sync(0xffffffffu, m[r], off), lo_ = __shfl_xor_sync(0xffffffffu, l[r], off);
             float mn = fmaxf(m[r], mo);
-            float wa = fdec_weight2(m[r], mn), wb = fdec_weight2(mo, mn);
+            float wa = fdec_state_weight2(m[r], mn), wb = fdec_state_weight2(mo, mn);
             l[r] = l[r] * wa + lo_ * wb;
 #pragma unroll
             for (int i = 0; i < E; i++) o[r][i] = o[r][i] * wa + __shfl_xor_sync(0xffffffffu, o[r][i], off) * wb;

@@ -643,7 +643,7 @@ __global__ void __launch_bounds__(NW * 32, fdec_mma_shape<D, NW>::MINB) fdec_mma
             }
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
         smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 2));
-        const float alpha = fdec_weight2(m, smax);
+        const float alpha = fdec_state_weight2(m, smax);
         m = smax;
         if (__any_sync(0xffffffffu, alpha != 1.f)) {
             l *= alpha, lb *= alpha;

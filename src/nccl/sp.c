@@ -85,9 +85,9 @@ fdec_status fdec_sp_decode(fdec_sp *sp, const fdec_layer *layer, uint32_t seq_le
     fdec_problem p;
     fdec_status st = fdec_problem_init(layer, seq_len, &p);
     if (st) return st;
-    if (p.ring)
+    if (p.kv.ring)
         return fdec_set_error(FDEC_EINVAL, "ring_capacity (%u) must be 0 for a sharded cache: a shard is a "
-                                           "contiguous run of positions", p.ring);
+                                           "contiguous run of positions", p.kv.ring);
     if ((uint64_t)shard_lo + shard_len > seq_len)
         return fdec_set_error(FDEC_EINVAL, "the shard [%u, %llu) must lie inside [0, seq_len = %u)", shard_lo,
                               (unsigned long long)shard_lo + shard_len, seq_len);
@@ -120,7 +120,7 @@ fdec_status fdec_sp_decode(fdec_sp *sp, const fdec_layer *layer, uint32_t seq_le
     if (a < b) {
         fdec_layer part = *layer;
         part.window = 0;
-        const size_t off = (size_t)(a - shard_lo) * p.ps * fdec_dtype_size(p.kvt);
+        const size_t off = (size_t)(a - shard_lo) * p.kv.ps * fdec_dtype_size(p.kvt);
         st = fdec_decode(sp->ctx, &part, b - a, q, (const char *)k + off, (const char *)v + off, send,
                          (float *)(send + ob));
         if (st) return st;

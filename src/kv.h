@@ -1,0 +1,44 @@
+/* kv.h — the K/V address rule: where the vector of position t and KV head g lives. Every reader of a cache (the
+ * reference, the CPU kernels, the CUDA kernels, the tools) asks here.
+ *
+ *     element offset = seq * ss + row(t) * ps + g * hs,    row(t) = ring ? t % ring : t
+ *
+ * ps, hs: the layer's position and head strides (elements); ss: elements between the caches of the sequences of a
+ * batch (0 for a single call); ring: the ring capacity (0: contiguous). Rows of consecutive positions are ps apart
+ * up to the ring's end (fdec_kv_run), which is what the kernels stream. */
+#ifndef FDEC_KV_H
+#define FDEC_KV_H
+
+#include "hd.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    size_t ps, hs, ss; /* position, head and sequence strides, elements */
+    uint32_t ring;     /* 0 or the ring capacity */
+} fdec_kv_layout;
+
+/* The cache row of position t. */
+FDEC_HD uint64_t fdec_kv_row(uint32_t ring, uint64_t t) { return ring ? t % ring : t; }
+
+/* The row of position t where lo <= t < lo + ring and lo_row = fdec_kv_row(ring, lo): one compare and subtraction
+ * instead of a division (the GPU kernels' form; t - lo fits 32 bits there). */
+FDEC_HD uint32_t fdec_kv_row_from(uint32_t ring, uint64_t lo, uint32_t lo_row, uint64_t t) {
+    if (!ring) return (uint32_t)t;
+    const uint32_t row = lo_row + (uint32_t)(t - lo);
+    return row >= ring ? row - ring : row;
+}
+
+/* How many of the n positions from t have rows ps apart, starting at row(t): n, or fewer where the ring ends. */
+FDEC_HD uint64_t fdec_kv_run(uint32_t ring, uint64_t t, uint64_t n) {
+    const uint64_t left = ring ? ring - t % ring : n;
+    return left < n ? left : n;
+}
+
+/* The element offset of position t, KV head g, of sequence seq. */
+FDEC_HD size_t fdec_kv_offset(const fdec_kv_layout *L, uint32_t seq, uint64_t t, uint32_t g) {
+    return (size_t)seq * L->ss + (size_t)fdec_kv_row(L->ring, t) * L->ps + (size_t)g * L->hs;
+}
+
+#endif

@@ -140,11 +140,10 @@ test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme
 	$(if $(filter x86_64,$(ARCH)),$(MAKE) --no-print-directory test-arm64 ARM64_OPTIONAL=1)
 	$(if $(SP_TEST),./$(SP_TEST),@echo "libflashdec_nccl: not built here (no nvcc or no nccl.h), its checks skipped")
 	$(if $(FUZZ_DRIVER),./$(FUZZ_DRIVER) -seconds 5 fuzz/corpus/*,@echo "fuzz_decode_cuda: not built here (no nvcc)")
-	$(if $(FUZZ_DRIVER),FDEC_CUDA_MIN_CHUNK=262144 ./$(FUZZ_DRIVER) -seconds 0 fuzz/corpus/cuda-f32-drift-d1-h28-262k)
+	$(if $(FUZZ_DRIVER),./$(FUZZ_DRIVER) -min-chunk 262144 -seconds 0 fuzz/corpus/cuda-f32-drift-d1-h28-262k)
 	$(if $(FUZZ_DRIVER),./$(FUZZ_DRIVER) -max-kv 300000000 -seconds 0 $(DRIFT_131K))
-	$(if $(FUZZ_DRIVER),FDEC_CUDA_MIN_CHUNK=131072 ./$(FUZZ_DRIVER) -max-kv 300000000 -seconds 0 $(DRIFT_131K))
-	$(if $(FUZZ_DRIVER),FDEC_CUDA_KERNEL=simt FDEC_CUDA_MIN_CHUNK=131072 ./$(FUZZ_DRIVER) -max-kv 300000000 -seconds 0 \
-	    $(DRIFT_131K))
+	$(if $(FUZZ_DRIVER),./$(FUZZ_DRIVER) -min-chunk 131072 -max-kv 300000000 -seconds 0 $(DRIFT_131K))
+	$(if $(FUZZ_DRIVER),./$(FUZZ_DRIVER) -simt -min-chunk 131072 -max-kv 300000000 -seconds 0 $(DRIFT_131K))
 	$(if $(CU_OBJ),$(MAKE) --no-print-directory check-sass)
 	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example \
 	    --readme-example ./$(BUILD)/stage/readme_example

@@ -14,7 +14,8 @@
  * Two builds of this file (make fuzz-cuda): with -fsanitize=fuzzer, a libFuzzer target; with -DFDEC_FUZZ_DRIVER, a
  * plain program that runs the files named on its command line, then random inputs for -seconds S (default 30) from
  * -seed N, so that it can run under compute-sanitizer; -max-kv N, before the files, lets a case reach N K elements
- * (default 2^18), for long hand-made inputs. It ends with the worst error of the compared elements, as a share of
+ * (default 2^18), for long hand-made inputs; -simt (the SIMT kernel for every shape) and -min-chunk N (chunks of N
+ * positions), before the files, check a kernel or split the library would not pick there. It ends with the worst error of the compared elements, as a share of
  * the tolerance. Without a CUDA device both print a line and exit 0.
  * -DFDEC_FUZZ_HOST rehearses the checks without a GPU (below).
  */
@@ -62,6 +63,9 @@ static double worst;                           /* the largest |GPU - CPU| / tole
         if (e_ != cudaSuccess) FAIL("%s: %s", #call, cudaGetErrorString(e_));                                   \
     } while (0)
 
+/* The driver's -simt and -min-chunk N (before the files): the SIMT kernel alone, or chunks of N positions. */
+static fdec_test_options topts;
+
 static void setup(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -73,16 +77,16 @@ static void setup(void) {
 #ifdef FDEC_FUZZ_HOST
     o.threads = 2;
     o.cpu_path = FDEC_CPU_AVX2;
-    if (fdec_context_create(FDEC_BACKEND_CUDA, &o, &gpu)) FAIL("CUDA context: %s", fdec_last_error());
+    if (fdec_context_create_test(FDEC_BACKEND_CUDA, &o, &topts, &gpu)) FAIL("CUDA context: %s", fdec_last_error());
     o.threads = 1;
     o.cpu_path = FDEC_CPU_SCALAR;
 #else
-    if (fdec_context_create(FDEC_BACKEND_CUDA, &o, &gpu)) FAIL("CUDA context: %s", fdec_last_error());
+    if (fdec_context_create_test(FDEC_BACKEND_CUDA, &o, &topts, &gpu)) FAIL("CUDA context: %s", fdec_last_error());
 #endif
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     o.cuda_stream = s; /* the second context works on a stream of its own */
-    if (fdec_context_create(FDEC_BACKEND_CUDA, &o, &gpu2)) FAIL("CUDA context 2: %s", fdec_last_error());
+    if (fdec_context_create_test(FDEC_BACKEND_CUDA, &o, &topts, &gpu2)) FAIL("CUDA context 2: %s", fdec_last_error());
     o = fdec_default_options();
     o.threads = 1;
     if (fdec_context_create(FDEC_BACKEND_CPU, &o, &cpu)) FAIL("CPU context: %s", fdec_last_error());
@@ -218,6 +222,14 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "-seed") && i + 1 < argc) {
             seed = strtoull(argv[++i], NULL, 10);
+            continue;
+        }
+        if (!strcmp(argv[i], "-simt")) { /* before the files */
+            topts.cuda_simt_only = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "-min-chunk") && i + 1 < argc) {
+            topts.cuda_min_chunk = (uint32_t)strtoul(argv[++i], NULL, 10);
             continue;
         }
         if (!strcmp(argv[i], "-max-kv") && i + 1 < argc) { /* before the files it applies to */

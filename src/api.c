@@ -54,15 +54,6 @@ int fdec_backend_available(fdec_backend b) {
     return 0;
 }
 
-static const char *dtype_name(fdec_dtype t) {
-    switch (t) {
-    case FDEC_F32: return "f32";
-    case FDEC_F16: return "f16";
-    case FDEC_BF16: return "bf16";
-    }
-    return "?";
-}
-
 /* a * b into *r unless it overflows size_t. */
 static int mul_ok(size_t a, size_t b, size_t *r) {
     if (a != 0 && b > SIZE_MAX / a) return 0;
@@ -71,7 +62,7 @@ static int mul_ok(size_t a, size_t b, size_t *r) {
 }
 
 static fdec_status check_dtype(const char *name, fdec_dtype t) {
-    if ((unsigned)t > (unsigned)FDEC_BF16)
+    if ((unsigned)t > (unsigned)FDEC_DTYPE_LAST)
         return fdec_set_error(FDEC_EINVAL, "%s (%d) must be FDEC_F32, FDEC_F16 or FDEC_BF16", name, (int)t);
     return FDEC_OK;
 }
@@ -155,6 +146,11 @@ static fdec_status check_ptr(const char *name, const void *ptr, size_t align) {
 }
 
 fdec_status fdec_context_create(fdec_backend backend, const fdec_options *opts, fdec_context **out) {
+    return fdec_context_create_test(backend, opts, NULL, out);
+}
+
+fdec_status fdec_context_create_test(fdec_backend backend, const fdec_options *opts, const fdec_test_options *t,
+                                     fdec_context **out) {
     if (!out) return fdec_set_error(FDEC_EINVAL, "out (the context pointer) must not be NULL");
     *out = NULL;
     fdec_options o = opts ? *opts : fdec_default_options();
@@ -168,7 +164,7 @@ fdec_status fdec_context_create(fdec_backend backend, const fdec_options *opts, 
     fdec_status st;
     switch (backend) {
     case FDEC_BACKEND_CPU: st = fdec_cpu_create(&o, &c->impl, &c->ops); break;
-    case FDEC_BACKEND_CUDA: st = fdec_cuda_create(&o, &c->impl, &c->ops); break;
+    case FDEC_BACKEND_CUDA: st = fdec_cuda_create(&o, t, &c->impl, &c->ops); break;
     default:
         st = fdec_set_error(FDEC_EINVAL, "backend (%d) must be FDEC_BACKEND_CPU or FDEC_BACKEND_CUDA",
                             (int)backend);

@@ -77,9 +77,22 @@ uint32_t fdec_split_bound(const fdec_problem *p, uint32_t lanes, uint32_t min_ch
 void fdec_reference(const fdec_problem *p, const void *q, const void *k, const void *v, double *out_f64,
                     double *lse_f64);
 
+/* Settings that only the tests and the fuzz driver use: a kernel or a split the library would not pick, so that
+ * every kernel is checked on every shape. Zero fields keep the library's rule. */
+typedef struct {
+    int cuda_simt_only;             /* CUDA: the SIMT kernel for every shape */
+    uint32_t cuda_min_chunk;        /* CUDA: the shortest chunk of the split */
+    uint32_t cuda_d512_strided_min; /* CUDA: head_dim 512's strided steps from chunks of this length */
+} fdec_test_options;
+
+/* api.c: fdec_context_create with test settings (t may be NULL). */
+fdec_status fdec_context_create_test(fdec_backend backend, const fdec_options *opts, const fdec_test_options *t,
+                                     fdec_context **out);
+
 /* Backends. */
 fdec_status fdec_cpu_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops);
-fdec_status fdec_cuda_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops);
+fdec_status fdec_cuda_create(const fdec_options *o, const fdec_test_options *t, void **impl,
+                             const fdec_backend_ops **ops);
 
 /* cpu: features of this CPU (bitmask of 1 << FDEC_CPU_AVX2, FDEC_CPU_AVX512 or FDEC_CPU_NEON; scalar always). */
 unsigned fdec_cpu_features(void);

@@ -22,11 +22,10 @@ typedef struct {
 /* The cache row of position t. */
 FDEC_HD uint64_t fdec_kv_row(uint32_t ring, uint64_t t) { return ring ? t % ring : t; }
 
-/* The row of position t where lo <= t < lo + ring and lo_row = fdec_kv_row(ring, lo): one compare and subtraction
- * instead of a division (the GPU kernels' form; t - lo fits 32 bits there). */
-FDEC_HD uint32_t fdec_kv_row_from(uint32_t ring, uint64_t lo, uint32_t lo_row, uint64_t t) {
-    if (!ring) return (uint32_t)t;
-    const uint32_t row = lo_row + (uint32_t)(t - lo);
+/* The row of position lo + d of a ring whose position lo is in row lo_row, for d < ring: one compare and
+ * subtraction instead of a division (the GPU kernels' form, fdec_cache_row). */
+FDEC_HD uint32_t fdec_kv_ring_row(uint32_t ring, uint32_t lo_row, uint32_t d) {
+    const uint32_t row = lo_row + d;
     return row >= ring ? row - ring : row;
 }
 

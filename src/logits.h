@@ -4,7 +4,8 @@
  * new rule is a line here and a line in the reference, not an edit in each kernel.
  *
  * The kernels fold the scale into q (q * scale, then dot products), so they call fdec_logit_variant on the scaled
- * dot product; the reference calls fdec_logit. Both must say the same thing. */
+ * dot product (the GPU's fdec_logit2 on it in base 2); the reference calls fdec_logit_ref. All three must say the
+ * same thing. */
 #ifndef FDEC_LOGITS_H
 #define FDEC_LOGITS_H
 
@@ -23,6 +24,12 @@ typedef struct {
 FDEC_HD float fdec_logit_variant(const fdec_logits *L, float s, uint32_t h, uint64_t t, uint64_t qpos) {
     (void)L, (void)h, (void)t, (void)qpos;
     return s;
+}
+
+/* The GPU kernels' form: the same variant for a scaled logit held in base 2 (times log2 e). */
+FDEC_HD float fdec_logit2(const fdec_logits *L, float s2, uint32_t h, uint64_t t, uint64_t qpos) {
+    (void)L, (void)h, (void)t, (void)qpos;
+    return s2;
 }
 
 /* The reference's form, in double: scale, then the same variant. */

@@ -168,22 +168,18 @@ static void *g_stream; /* a non-default stream for one of the CUDA contexts */
 
 static int make_path_contexts(path_ctx *pc) {
     int n = 0;
-    /* the default stream, a stream of our own, the SIMT kernel alone (FDEC_CUDA_KERNEL), and chunks of 32 positions
-     * (FDEC_CUDA_MIN_CHUNK): more chunks than steps, so that with strided chunks (mma.cuh) some blocks get none */
+    /* the default stream, a stream of our own, the SIMT kernel alone, and chunks of 32 positions: more chunks than
+     * steps, so that with strided chunks (mma.cuh) some blocks get none, and head_dim 512's strided instance at every
+     * chunk length (cuda.cu) */
     if (g_cuda) {
         static const char *const names[] = {"default-stream", "stream", "simt", "chunk32"};
         for (int i = 0; i < 4; i++) {
             fdec_options o = fdec_default_options();
             o.cuda_stream = i ? g_stream : NULL;
-            if (i == 2) setenv("FDEC_CUDA_KERNEL", "simt", 1);
-            if (i == 3) { /* and head_dim 512's strided instance at every chunk length (cuda.cu) */
-                setenv("FDEC_CUDA_MIN_CHUNK", "32", 1);
-                setenv("FDEC_CUDA_D512_STRIDED_MIN", "32", 1);
-            }
-            fdec_status st = fdec_context_create(FDEC_BACKEND_CUDA, &o, &pc[n].ctx);
-            unsetenv("FDEC_CUDA_KERNEL");
-            unsetenv("FDEC_CUDA_MIN_CHUNK");
-            unsetenv("FDEC_CUDA_D512_STRIDED_MIN");
+            fdec_test_options t = {0, 0, 0};
+            if (i == 2) t.cuda_simt_only = 1;
+            if (i == 3) t.cuda_min_chunk = 32, t.cuda_d512_strided_min = 32;
+            fdec_status st = fdec_context_create_test(FDEC_BACKEND_CUDA, &o, &t, &pc[n].ctx);
             if (st != FDEC_OK) {
                 check(0, "create CUDA context: %s", fdec_last_error());
                 continue;

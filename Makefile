@@ -76,8 +76,8 @@ $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE) $(CFLAGS) $(OBJ_FLAGS) -c $< -o $@
 ifneq ($(ARM64),)
-# gcc 12's AArch64 loop vectoriser stops with an internal compiler error on tests/test_main.c at -O3
-$(BUILD)/tests/test_main.o: OBJ_FLAGS := -fno-tree-vectorize
+# gcc 12's AArch64 loop vectoriser stops with an internal compiler error on the test suite at -O3
+$(BUILD)/tests/%.o: OBJ_FLAGS := -fno-tree-vectorize
 endif
 
 $(BUILD)/%.o: %.cu $(HDRS)
@@ -109,8 +109,10 @@ $(BUILD)/libflashdec_nccl.so: src/nccl/sp.c include/flashdec_nccl.h $(HDRS) $(BU
 	  -L$(CUDA_HOME)/lib64 -lnccl -lcudart -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	  -Wl,-soname,libflashdec_nccl.so
 
-$(BUILD)/tests/test_main.o: fuzz/fuzz_input.h # test_drift reads the corpus drift input as the fuzz harnesses do
-$(BUILD)/tests/run_tests: $(BUILD)/tests/test_main.o $(TOOL_OBJ) $(BUILD)/libflashdec.a
+TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out tests/test_sp.c,$(wildcard tests/*.c)))
+$(TEST_OBJ): tests/harness.h
+$(BUILD)/tests/test_numerics.o: fuzz/fuzz_input.h # test_drift reads the corpus drift input as the fuzz harnesses do
+$(BUILD)/tests/run_tests: $(TEST_OBJ) $(TOOL_OBJ) $(BUILD)/libflashdec.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The README's C example, cut out of README.md, compiled against the built library and run.

@@ -47,7 +47,11 @@ static inline const char *fdec_dtype_name(fdec_dtype t) {
     return (unsigned)t <= FDEC_DTYPE_LAST ? fdec_dtype_table[t].name : "?";
 }
 /* Element i of an array of type t as f32, and back. */
-static inline float fdec_load_elem(const void *base, size_t i, fdec_dtype t) { return fdec_dtype_table[t].load(base, i); }
-static inline void fdec_store_elem(void *base, size_t i, fdec_dtype t, float x) { fdec_dtype_table[t].store(base, i, x); }
+static inline float fdec_load_elem(const void *base, size_t i, fdec_dtype t) {
+    return fdec_dtype_table[t].load(base, i);
+}
+static inline void fdec_store_elem(void *base, size_t i, fdec_dtype t, float x) {
+    fdec_dtype_table[t].store(base, i, x);
+}
 
 #endif

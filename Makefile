@@ -36,7 +36,7 @@ CU_SRC    := $(wildcard src/cuda/*.cu)
 CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o)
 CUDA_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 # -compress-all: the device code is stored compressed (the library ~11 MB -> ~3 MB at sm_90; unpacked once at load)
-# The K/V copies' L2 evict-first policy (src/cuda/kernels.cuh, docs/TUNING.md) only with the CUDA compilers whose
+# The K/V copies' L2 evict-first policy (src/cuda/common.cuh, docs/TUNING.md) only with the CUDA compilers whose
 # ptxas keeps it: early CUDA 13 releases (13.0 among them) can drop the policy's `createpolicy`, and a kernel that
 # it does that to traps with an illegal instruction. Checked on 13.5. `make check-sass` looks for the dropped policy
 # in the built code. CUDA_L2_POLICY=1 or 0 decides it by hand; after turning it on for another compiler, run

@@ -141,7 +141,7 @@ void test_nonfinite(path_ctx *pc, int npc) {
                 }
             }
             check(ok, "%s: %s (K/V %s, head_dim %u, %u positions): the affected heads must be NaN and the others right",
-                  pc[x].name, what[w], kvt == FDEC_F32 ? "f32" : kvt == FDEC_F16 ? "f16" : "bf16", D, n);
+                  pc[x].name, what[w], fdec_dtype_name(kvt), D, n);
             outbuf_free(&b);
         }
         inputs_free(&in);

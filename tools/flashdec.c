@@ -55,7 +55,6 @@ static int parse_dtype(const char *s, fdec_dtype *t) {
     return 0;
 }
 
-static const char *dtype_str(fdec_dtype t) { return t == FDEC_F32 ? "f32" : t == FDEC_F16 ? "f16" : "bf16"; }
 
 /* Parses "1024,4096,32k" into list; returns the count or -1. */
 static int parse_list(const char *s, uint32_t *list, int max) {
@@ -308,7 +307,7 @@ static void print_header(void) {
 }
 static void print_row(const result *r) {
     printf("%-20s %7u %3u %4s %10.1f %8.2f %9.1f %10.1f %7.1f%% %6u %9.2g%s\n", r->name, r->ctx_len, r->threads,
-           dtype_str(r->kvt), r->us, r->gbs, r->bw, r->floor_us, r->pct_floor, r->chunks, r->err,
+           fdec_dtype_name(r->kvt), r->us, r->gbs, r->bw, r->floor_us, r->pct_floor, r->chunks, r->err,
            r->tol > 0 && !(r->err <= r->tol) ? " FAIL" : "");
 }
 
@@ -328,7 +327,7 @@ static void write_json(const char *path, const result *r, int n, double bw1, dou
                 "    {\"shape\": \"%s\", \"context\": %u, \"threads\": %u, \"kv_dtype\": \"%s\", \"us\": %.3f, "
                 "\"gbs\": %.3f, \"floor_us\": %.3f, \"pct_floor\": %.2f, \"bw_ceiling_gbs\": %.3f, "
                 "\"fma_ceiling_gflops\": %.2f, \"chunks\": %u, \"max_err\": %.3g}%s\n",
-                r[i].name, r[i].ctx_len, r[i].threads, dtype_str(r[i].kvt), r[i].us, r[i].gbs, r[i].floor_us,
+                r[i].name, r[i].ctx_len, r[i].threads, fdec_dtype_name(r[i].kvt), r[i].us, r[i].gbs, r[i].floor_us,
                 r[i].pct_floor, r[i].bw, r[i].gflops, r[i].chunks, r[i].err, i + 1 < n ? "," : "");
     fprintf(f, "  ]\n}\n");
     fclose(f);

@@ -2,7 +2,7 @@
 """sass_check.py: look in built CUDA code for copies whose L2 cache policy reads a register nothing sets.
 
 The ptxas of early CUDA 13 releases (13.0 among them) can drop the `createpolicy` that feeds cp.async's L2 cache
-hint (FDEC_CP_EVICT_FIRST, src/cuda/kernels.cuh) and leave the copy (SASS `LDGSTS ... desc[URn]`) reading a uniform
+hint (FDEC_CP_EVICT_FIRST, src/cuda/common.cuh) and leave the copy (SASS `LDGSTS ... desc[URn]`) reading a uniform
 register pair that no instruction of the kernel writes; the GPU traps with "illegal instruction", or not, depending on
 what the register held. Every copy this check flagged was of a kernel that trapped on an H200, and no kernel it
 passed ever did.

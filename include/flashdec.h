@@ -17,8 +17,14 @@
  * Numerics. Accumulation is in f32. Results are deterministic: the same inputs and the same context give
  * bit-identical output. The result does not depend on how the work is split beyond rounding. A NaN or inf in
  * a head's q, or in the K or V rows it attends to, makes every element of that head's output and its lse NaN;
- * the other heads are not affected. Rows outside the attended range are never read. Logits of any finite
- * size are handled (the softmax is computed relative to the running maximum).
+ * the other heads are not affected. Rows outside the attended range are never read. Logits of any size that f32
+ * holds are handled (the softmax is computed relative to the running maximum); a logit whose f32 computation
+ * overflows (|scale * q.k| past ~3.4e38, e.g. q = K = 1e20) counts as an inf: its head is NaN, and the call still
+ * returns FDEC_OK. out is rounded to nearest even into out_dtype; a value past that type's range (65504 for f16)
+ * becomes an inf of its sign.
+ *
+ * Aliasing. out and lse may overlap q: every read of q comes before the first write of out or lse. They must not
+ * overlap k, v or each other.
  *
  * Errors. Every function that can fail returns an fdec_status. Bad input never crashes and never writes to
  * `out` or `lse`: the call returns FDEC_EINVAL (or FDEC_EUNSUPPORTED) and fdec_last_error() gives a message

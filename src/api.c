@@ -54,13 +54,6 @@ int fdec_backend_available(fdec_backend b) {
     return 0;
 }
 
-/* a * b into *r unless it overflows size_t. */
-static int mul_ok(size_t a, size_t b, size_t *r) {
-    if (a != 0 && b > SIZE_MAX / a) return 0;
-    *r = a * b;
-    return 1;
-}
-
 static fdec_status check_dtype(const char *name, fdec_dtype t) {
     if ((unsigned)t > (unsigned)FDEC_DTYPE_LAST)
         return fdec_set_error(FDEC_EINVAL, "%s (%d) must be FDEC_F32, FDEC_F16 or FDEC_BF16", name, (int)t);
@@ -76,9 +69,11 @@ static fdec_status check_strides(const fdec_problem *p, uint64_t rows) {
     else if (G == 1) ok = ps >= D;
     else if (rows == 1) ok = hs >= D;
     else {
-        size_t last_head_end = (G - 1) * hs + D; /* hs <= SIZE_MAX / G checked below when it matters */
-        int pos_major = hs >= D && hs <= (SIZE_MAX - D) / (G - 1) && ps >= last_head_end;
-        int head_major = ps >= D && ps <= (SIZE_MAX - D) / (rows - 1) && hs >= (rows - 1) * ps + D;
+        /* a row's heads side by side within the position stride, or a head's rows within the head stride */
+        size_t x, heads_end, rows_end;
+        int pos_major = hs >= D && fdec_size_mul(G - 1, hs, &x) && fdec_size_add(x, D, &heads_end) && ps >= heads_end;
+        int head_major = ps >= D && fdec_size_mul((size_t)(rows - 1), ps, &x) && fdec_size_add(x, D, &rows_end) &&
+                         hs >= rows_end;
         ok = pos_major || head_major;
     }
     if (!ok)
@@ -87,9 +82,8 @@ static fdec_status check_strides(const fdec_problem *p, uint64_t rows) {
                               "%u x %u vectors of head_dim (%u) elements without overlap (e.g. pos_stride >= "
                               "num_kv_heads * head_stride and head_stride >= head_dim)",
                               ps, hs, (unsigned)rows, (unsigned)G, (unsigned)D);
-    size_t a, b, end;
-    if (!mul_ok((size_t)(rows - 1), ps, &a) || !mul_ok(G - 1, hs, &b) || a > SIZE_MAX - b - D ||
-        !mul_ok(a + b + D, fdec_dtype_size(p->kvt), &end))
+    size_t end, bytes;
+    if (!fdec_kv_extent(&p->kv, rows, p->G, p->D, &end) || !fdec_size_mul(end, fdec_dtype_size(p->kvt), &bytes))
         return fdec_set_error(FDEC_EINVAL, "kv strides too large: the cache's last element lies beyond the "
                                            "address space");
     return FDEC_OK;
@@ -131,7 +125,7 @@ fdec_status fdec_problem_init(const fdec_layer *L, uint32_t seq_len, fdec_proble
     p->ot = L->out_dtype;
     p->kv.hs = L->kv_head_stride ? L->kv_head_stride : p->D;
     if (L->kv_pos_stride) p->kv.ps = L->kv_pos_stride;
-    else if (!mul_ok(p->kv.hs, p->G, &p->kv.ps))
+    else if (!fdec_size_mul(p->kv.hs, p->G, &p->kv.ps))
         return fdec_set_error(FDEC_EINVAL, "kv_head_stride (%zu) too large", p->kv.hs);
     uint64_t rows = p->kv.ring ? p->kv.ring : seq_len;
     return check_strides(p, rows);

@@ -19,6 +19,28 @@ typedef struct {
     uint32_t ring;     /* 0 or the ring capacity */
 } fdec_kv_layout;
 
+/* Overflow-checked size arithmetic, for every sum and product of strides, rows and offsets: 1 and *r = a * b (a + b),
+ * or 0 where the result would wrap. */
+FDEC_HD int fdec_size_mul(size_t a, size_t b, size_t *r) {
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *r = a * b;
+    return 1;
+}
+FDEC_HD int fdec_size_add(size_t a, size_t b, size_t *r) {
+    if (b > SIZE_MAX - a) return 0;
+    *r = a + b;
+    return 1;
+}
+
+/* The elements a cache spans: one past the last element of the vectors (t, g), t < rows, g < G, of D elements,
+ * (rows - 1) ps + (G - 1) hs + D, into *end; 0 where that does not fit a size_t. */
+FDEC_HD int fdec_kv_extent(const fdec_kv_layout *L, uint64_t rows, uint32_t G, uint32_t D, size_t *end) {
+    size_t a, b, ab;
+    if (rows < 1 || G < 1 || rows - 1 > SIZE_MAX) return 0;
+    return fdec_size_mul((size_t)(rows - 1), L->ps, &a) && fdec_size_mul((size_t)G - 1, L->hs, &b) &&
+           fdec_size_add(a, b, &ab) && fdec_size_add(ab, D, end);
+}
+
 /* The cache row of position t. */
 FDEC_HD uint64_t fdec_kv_row(uint32_t ring, uint64_t t) { return ring ? t % ring : t; }
 

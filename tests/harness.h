@@ -71,6 +71,7 @@ void test_decode_cases(path_ctx *pc, int npc);
 void test_drift(path_ctx *pc, int npc);
 void test_numerics(path_ctx *pc, int npc);
 void test_nonfinite(path_ctx *pc, int npc);
+void test_contract(path_ctx *pc, int npc);
 void test_conversions(void);
 void test_merge(void);
 void test_bad_input(void);

@@ -53,6 +53,9 @@ void test_bad_input(void) {
     BAD("overlapping rows", l->kv_pos_stride = 100, 10, 0, FDEC_EINVAL, "overlap");
     BAD("pos stride < head_dim (head-major)", (l->kv_pos_stride = 63, l->kv_head_stride = 10000), 10, 0,
         FDEC_EINVAL, "overlap");
+    /* the extent's sum wrapped past SIZE_MAX and the call read before the cache (fixed: kv.h's fdec_kv_extent) */
+    BAD("head stride near SIZE_MAX", (l->num_q_heads = 2, l->kv_pos_stride = 64, l->kv_head_stride = SIZE_MAX - 8), 100,
+        0, FDEC_EINVAL, "too large");
     BAD("huge strides", (l->kv_pos_stride = SIZE_MAX / 4, l->kv_head_stride = 64), 10, 0, FDEC_EINVAL,
         "too large");
     BAD("NULL q", (void)0, 10, 1, FDEC_EINVAL, "q must not be NULL");

@@ -45,6 +45,7 @@ int main(int argc, char **argv) {
     test_drift(pc, npc);
     test_numerics(pc, npc);
     test_nonfinite(pc, npc);
+    test_contract(pc, npc);
     test_merge();
     test_split_bound();
     if (!g_cuda) test_conversions();

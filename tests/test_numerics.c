@@ -247,3 +247,58 @@ void test_conversions(void) {
     free(x), free(h), free(got), free(fx), free(fin);
 }
 
+
+/* The header's contract at the edges of f32 and of the output type, and its aliasing rule, on every context:
+ * - q = K = 1e20 (f32): every logit's f32 dot product overflows, so every head is NaN (out and lse) and the call
+ *   returns FDEC_OK;
+ * - V = 1e5 with f16 out: out is +inf (past f16's 65504), not a wrapped or saturated value;
+ * - out on the same memory as q (f32 both): the same bytes as with out apart. */
+void test_contract(path_ctx *pc, int npc) {
+    for (int c = 0; c < npc; c++) {
+        for (int what = 0; what < 3; what++) {
+            fdec_layer L = layer_of(16, 4, 2, 0, 0, FDEC_F32, 0);
+            if (what == 1) L.out_dtype = FDEC_F16;
+            fd_rng r = {60 + (uint64_t)what};
+            fd_problem pr;
+            if (fd_problem_make(&pr, &L, 50, FD_DENSE, 1.0f, &r)) {
+                check(0, "contract: could not build: %s", fdec_last_error());
+                continue;
+            }
+            const size_t qn = (size_t)pr.p.H * pr.p.D;
+            if (what == 0) {
+                for (size_t i = 0; i < qn; i++) ((float *)pr.q)[i] = 1e20f;
+                for (size_t i = 0; i < pr.kv_elems; i++) ((float *)pr.k)[i] = 1e20f;
+            }
+            if (what == 1)
+                for (size_t i = 0; i < pr.kv_elems; i++) ((float *)pr.v)[i] = 1e5f;
+            inputs in;
+            outbuf b;
+            outbuf_init(&b, &pr.p);
+            int ok = !inputs_make(&in, &pr) && decode_into(pc[c].ctx, &pr, &in, &b, 1) == FDEC_OK;
+            if (what == 0) {
+                for (size_t i = 0; ok && i < qn; i++) ok = isnan(((float *)b.out)[i]);
+                for (uint32_t h = 0; ok && h < pr.p.H; h++) ok = isnan(b.lse[h]);
+                check(ok, "%s: an f32 logit that overflows must make its head NaN with FDEC_OK", pc[c].name);
+            } else if (what == 1) {
+                for (size_t i = 0; ok && i < qn; i++) ok = ((uint16_t *)b.out)[i] == 0x7c00;
+                check(ok, "%s: an out value past f16's range must become +inf", pc[c].name);
+            } else { /* out = q's own memory (a writable copy of it) */
+                const size_t qb = qn * sizeof(float);
+                float *alias = malloc(qb);
+                void *dq = g_cuda ? fd_dev_alloc(qb) : alias;
+                memcpy(alias, pr.q, qb);
+                ok = ok && alias && dq && (!g_cuda || !fd_h2d(dq, pr.q, qb)) &&
+                     fdec_decode(pc[c].ctx, &pr.layer, pr.seq_len, dq, in.k, in.v, dq, NULL) == FDEC_OK &&
+                     (!g_cuda || (!fd_dev_sync() && !fd_d2h(alias, dq, qb)));
+                ok = ok && !memcmp(alias, b.out, qb);
+                check(ok, "%s: out on q's memory must give the bytes of out apart", pc[c].name);
+                if (g_cuda) fd_dev_free(dq);
+                free(alias);
+            }
+            outbuf_free(&b);
+            inputs_free(&in);
+            fd_problem_free(&pr);
+        }
+    }
+    printf("contract: f32 overflow, f16 out range and out on q checked on %d contexts\n", npc);
+}

@@ -57,7 +57,7 @@ int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, f
     }
     if (fdec_problem_init(&pr->layer, seq_len, &pr->p) != FDEC_OK) return -1;
     const fdec_problem *p = &pr->p;
-    pr->kv_elems = (rows - 1) * p->kv.ps + (G - 1) * p->kv.hs + D;
+    fdec_kv_extent(&p->kv, rows, (uint32_t)G, (uint32_t)D, &pr->kv_elems); /* fits: the layer was checked */
     size_t qn = (size_t)p->H * D, es = fdec_dtype_size(p->kvt);
     pr->q = malloc(qn * fdec_dtype_size(p->qt));
     pr->k = fd_alloc_kv(pr->kv_elems * es);

@@ -1,8 +1,8 @@
 /* pool.c — the CPU backend's thread pool: n-1 workers made once per context, plus the calling thread.
  *
  * A run publishes (fn, task, n) and a ticket = (generation << 32 | next index). Every participant takes
- * indices by compare-and-swap on the ticket until they run out, so work is shared without locks and a worker
- * that wakes late can never take an index of a later run. Workers spin briefly after a run (the next layer's
+ * indices by compare-and-swap on the ticket until they run out, so work is shared without locks; a run ends by
+ * closing its ticket, so that a worker that wakes late can never take an index of a later run (drain). Workers spin briefly after a run (the next layer's
  * call usually follows within microseconds), then sleep on a condition variable. */
 #include "cpu.h"
 
@@ -38,7 +38,20 @@ struct fdec_pool {
     pthread_cond_t cv;
 };
 
-/* Takes and runs indices of generation `gen` until none are left. */
+/* The ticket of a run whose indices are all taken: its generation with the index past any n, so that no late
+ * participant can take an index from it, whatever n it read. */
+static uint64_t closed(uint32_t gen) { return (uint64_t)gen << 32 | UINT32_MAX; }
+
+/* Takes and runs indices of generation `gen` until none are left.
+ *
+ * Why a late worker never runs a task of another run with this run's values: fn, task and n are loaded after the
+ * ticket showed generation gen (worker()), and fdec_pool_run stores a run's fn, task and n before its ticket, so the
+ * values read are gen's or a later run's. A later run's are stored only after gen's run has ended, and a run ends by
+ * closing its ticket (closed(gen)) before the next run's stores. So if the values read are a later run's, every
+ * ticket this drain can read afterwards is closed(gen) or of another generation, and the compare-and-swap below
+ * (which takes an index only from a ticket of generation gen with an index below n) never succeeds: indices are
+ * taken only while the ticket is open, and an open ticket of generation gen means the values read are gen's. Each
+ * index taken is counted once in `done`, so fdec_pool_run's wait ends only after every task of its run returned. */
 static void drain(fdec_pool *p, uint32_t gen) {
     fdec_task_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
     void *task = atomic_load_explicit(&p->task, memory_order_acquire);
@@ -95,6 +108,7 @@ fdec_pool *fdec_pool_create(uint32_t threads) {
     fdec_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->nworkers = threads > 1 ? threads - 1 : 0;
+    atomic_init(&p->ticket, closed(0));
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = calloc(p->nworkers ? p->nworkers : 1, sizeof *p->threads);
@@ -139,4 +153,5 @@ void fdec_pool_run(fdec_pool *p, fdec_task_fn fn, void *task, uint32_t n) {
     wake_all(p);
     drain(p, gen);
     while (atomic_load_explicit(&p->done, memory_order_acquire) < n) CPU_RELAX();
+    atomic_store(&p->ticket, closed(gen)); /* before the next run's fn, task and n (drain) */
 }

@@ -166,15 +166,19 @@ test-arm64:
 	  $(BUILD)/arm64/tests/run_tests && \
 	QEMU_LD_PREFIX=/usr/aarch64-linux-gnu qemu-aarch64 ./$(BUILD)/arm64/tests/run_tests --quick
 
-# The Python package: a virtual environment in build/venv with numpy, ml_dtypes and pytest from PyPI, the
-# package installed into it with pip from this checkout, and its tests.
+# The Python package: a virtual environment in build/venv with numpy, ml_dtypes, pytest and hypothesis from PyPI
+# (the stamp's name lists them, so that a new one reinstalls), the package installed into it with pip from this
+# checkout, and its tests.
 VENV := $(BUILD)/venv
-$(VENV)/bin/pytest:
+PY_DEPS := numpy ml_dtypes pytest hypothesis
+VENV_OK := $(VENV)/.deps-$(subst $(eval) ,-,$(PY_DEPS))
+$(VENV_OK):
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q numpy ml_dtypes pytest
+	$(VENV)/bin/pip install -q $(PY_DEPS)
+	touch $@
 
-test-python: $(BUILD)/libflashdec.so $(VENV)/bin/pytest
+test-python: $(BUILD)/libflashdec.so $(VENV_OK)
 	$(VENV)/bin/pip install -q --no-deps --force-reinstall .
 	cd tests/python && ../../$(VENV)/bin/python -m pytest -q -rs .
 	cd /tmp && $(CURDIR)/$(VENV)/bin/python $(CURDIR)/examples/decode_loop.py --steps 200
@@ -197,7 +201,7 @@ test-cuda: all $(BUILD)/tests/run_tests
 SASS_TOOLS := $(BUILD)/sasstools
 SASS_PYPI  := $(SASS_TOOLS)/nvidia/cu13/bin/cuobjdump
 CUOBJDUMP ?= $(firstword $(wildcard $(CUDA_HOME)/bin/cuobjdump) $(shell command -v cuobjdump 2>/dev/null) $(SASS_PYPI))
-$(SASS_PYPI): | $(VENV)/bin/pytest
+$(SASS_PYPI): | $(VENV_OK)
 	$(VENV)/bin/pip install -q --target $(SASS_TOOLS) nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37 || \
 	  echo "check-sass: cuobjdump could not be installed from PyPI"
 check-sass: $(BUILD)/libflashdec.so $(if $(filter $(SASS_PYPI),$(CUOBJDUMP)),$(SASS_PYPI))

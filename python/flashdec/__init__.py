@@ -14,6 +14,7 @@ synchronisation. The library checks everything: bad input raises ValueError (or 
 with the library's own message, and nothing is written to `out` then.
 """
 import ctypes as _C
+import numbers as _numbers
 import os as _os
 import threading as _threading
 
@@ -84,6 +85,21 @@ def _check(status):
     raise FlashdecError(f"{_STATUS.get(status, status)}: {msg}")
 
 
+# ---- arguments: every integer and array checked before C sees it ----
+
+def _int_arg(name, value, lo, hi):
+    """value as an int in [lo, hi]; TypeError for a non-integer (a float, a bool), ValueError outside the range."""
+    if isinstance(value, bool) or not isinstance(value, _numbers.Integral):
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__} ({value!r})")
+    value = int(value)
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} ({value}) must be in {lo}..{hi}")
+    return value
+
+
+_U32 = 2 ** 32 - 1
+
+
 # ---- arrays: numpy or torch, described the same way ----
 
 def _is_torch(x):
@@ -118,6 +134,9 @@ class _Arr:
             import numpy as np
             if not isinstance(x, np.ndarray):
                 x = np.asarray(x)
+            if not x.dtype.isnative:
+                raise TypeError(f"{what} has byte order '{x.dtype.byteorder}', not this machine's: convert it with "
+                                f"{what}.astype({what}.dtype.newbyteorder('='))")
             item = x.dtype.itemsize
             if any(s % item for s in x.strides):
                 raise ValueError(f"{what} has strides {x.strides} that are not whole elements")
@@ -130,6 +149,15 @@ class _Arr:
             raise TypeError(f"{what} must be a numpy array or a torch tensor, not {type(x).__name__}")
         self.dtype = _dtype_code(x, what)
         self.obj = x
+        self.what = what
+
+    def writable(self):
+        """Raises ValueError where the library must not write here (a read-only numpy array, e.g. over bytes or a
+        read-only memmap)."""
+        flags = getattr(self.obj, "flags", None)
+        if flags is not None and not flags.writeable:
+            raise ValueError(f"{self.what} is read-only; flashdec writes its result there")
+        return self
 
 
 def _layer_from(q, k, v, window, ring_capacity, scale, out_dtype):
@@ -154,7 +182,8 @@ def _layer_from(q, k, v, window, ring_capacity, scale, out_dtype):
     lay = _LayerC()
     lay.head_dim, lay.num_q_heads, lay.num_kv_heads = D, H, G
     lay.scale = 0.0 if scale is None else float(scale)
-    lay.window, lay.ring_capacity = int(window), int(ring_capacity)
+    lay.window = _int_arg("window", window, 0, _U32)
+    lay.ring_capacity = _int_arg("ring_capacity", ring_capacity, 0, _U32)
     lay.q_dtype, lay.kv_dtype, lay.out_dtype = q.dtype, k.dtype, out_dtype
     # strides as the C API takes them: elements between rows and between heads (never negative)
     if k.strides[0] < 0 or k.strides[1] < 0:
@@ -166,26 +195,40 @@ def _layer_from(q, k, v, window, ring_capacity, scale, out_dtype):
     return lay
 
 
-# ---- contexts, one per (backend, device, stream, threads), reused ----
+# ---- contexts, one per (backend, device, stream, threads) and thread, reused ----
 
-_contexts = {}
-_ctx_lock = _threading.Lock()
+class _Context:
+    """An fdec_context, destroyed with this object: a context is used by one thread at a time, so each thread keeps
+    its own (in thread-local storage), and they go when the thread ends."""
+
+    def __init__(self, cuda, device, stream, threads):
+        opts = _lib.fdec_default_options()
+        opts.threads = threads
+        if cuda:
+            opts.cuda_device = int(device or 0)
+            opts.cuda_stream = stream
+        self.handle = _C.c_void_p()
+        _check(_lib.fdec_context_create(_CUDA if cuda else _CPU, _C.byref(opts), _C.byref(self.handle)))
+
+    def __del__(self, _destroy=_lib.fdec_context_destroy):
+        if getattr(self, "handle", None):
+            _destroy(self.handle)
+            self.handle = None
+
+
+_local = _threading.local()
 
 
 def _context(cuda, device, stream, threads):
-    key = (cuda, device, stream, threads, _threading.get_ident())
-    with _ctx_lock:
-        ctx = _contexts.get(key)
-        if ctx is None:
-            opts = _lib.fdec_default_options()
-            opts.threads = int(threads or 0)
-            if cuda:
-                opts.cuda_device = int(device or 0)
-                opts.cuda_stream = stream
-            ctx = _C.c_void_p()
-            _check(_lib.fdec_context_create(_CUDA if cuda else _CPU, _C.byref(opts), _C.byref(ctx)))
-            _contexts[key] = ctx
-        return ctx
+    threads = 0 if threads is None else _int_arg("threads", threads, 0, 1024)
+    contexts = getattr(_local, "contexts", None)
+    if contexts is None:
+        contexts = _local.contexts = {}
+    key = (cuda, device, stream, threads)
+    ctx = contexts.get(key)
+    if ctx is None:
+        ctx = contexts[key] = _Context(cuda, device, stream, threads)
+    return ctx.handle
 
 
 def _stream_of(a):
@@ -246,10 +289,8 @@ def _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads):
         if ring_capacity:
             raise ValueError("seq_len is needed with a ring cache (the rows hold positions modulo ring_capacity)")
         seq_len = rows
-    seq_len = int(seq_len)
-    if seq_len < 0 or seq_len >= 2 ** 32:
-        raise ValueError(f"seq_len ({seq_len}) must be in 1..4294967295")
-    needed = ring_capacity if ring_capacity else seq_len
+    seq_len = _int_arg("seq_len", seq_len, 1, _U32)
+    needed = lay.ring_capacity if lay.ring_capacity else seq_len
     if rows < needed:
         raise ValueError(f"k and v hold {rows} rows but the call may read {needed} (seq_len {seq_len}, "
                          f"ring_capacity {ring_capacity})")
@@ -273,7 +314,7 @@ def decode(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, out=
     H, D = qa.shape
     result = out if out is not None else _alloc_like(qa, H, D)
     lse = _alloc_lse(qa, H) if return_lse else None
-    ra = oa if oa is not None else _Arr(result, "out")
+    ra = oa.writable() if oa is not None else _Arr(result, "out")
     la = _Arr(lse, "lse").ptr if lse is not None else None
     _last_pointers = (qa.ptr, ka.ptr, va.ptr, ra.ptr)
     _check(_lib.fdec_decode(ctx, _C.byref(lay), seq_len, qa.ptr, ka.ptr, va.ptr, ra.ptr, la))
@@ -299,7 +340,7 @@ def merge(outs, lses, *, out=None, return_lse=False):
         if b.shape != (H,) or b.dtype != _F32 or b.strides != (1,):
             raise ValueError(f"lses[{i}] must be a contiguous float32 array of {H} elements")
     result = out if out is not None else _alloc_like(oa[0], H, D)
-    ra = _Arr(result, "out")
+    ra = _Arr(result, "out").writable()
     if ra.shape != (H, D) or ra.strides != (D, 1) or ra.dtype != oa[0].dtype or ra.cuda != cuda:
         raise ValueError(f"out must be a contiguous [{H}, {D}] array of the outs' dtype, where the outs are")
     lse = _alloc_lse(oa[0], H) if return_lse else None

@@ -145,6 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const fdec_status cst = fdec_decode(cpu, &L, c.seq_len, q, k, v, cout, want_lse ? clse : NULL);
     char cmsg[512];
     snprintf(cmsg, sizeof cmsg, "%s", cst == FDEC_OK ? "" : fdec_last_error());
+    if (c.must_refuse && (st == FDEC_OK || cst == FDEC_OK)) FAIL("a cache past the address space was accepted");
     fdec_plan_info info;
     const fdec_status sp = fdec_plan(ctx, &L, c.seq_len, &info);
 

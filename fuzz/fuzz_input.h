@@ -28,6 +28,23 @@ static inline uint32_t pick(reader *r, uint32_t small) {
     return take(r, 4);
 }
 
+/* A stride over size_t's whole range: 0 (dense) half the time, small ones, 32- and 64-bit ones, and the edges
+ * (near 2^32, SIZE_MAX / 2 and SIZE_MAX), where size arithmetic wraps. */
+static inline size_t pick_stride(reader *r) {
+    const uint32_t sel = take(r, 1);
+    if (sel < 128) return 0;
+    if (sel < 210) return pick(r, 5000);
+    if (sel < 230) return take(r, 4);
+    if (sel < 240) return (size_t)take(r, 4) << 32 | take(r, 4);
+    const size_t off = take(r, 1);
+    switch (sel % 4) {
+    case 0: return SIZE_MAX - off;
+    case 1: return SIZE_MAX / 2 + off - 128;
+    case 2: return ((size_t)1 << 32) + off - 128;
+    default: return SIZE_MAX / (off + 2);
+    }
+}
+
 /* 4 for f32, else 2 (a dtype out of range too) */
 static inline size_t fuzz_elem_size(uint32_t t) { return t == FDEC_F32 ? 4 : 2; }
 
@@ -38,6 +55,7 @@ typedef struct {
     uint32_t seq_len;
     int second;                   /* run it on the harness's second context */
     int finite;                   /* inputs made small and finite (fuzz_fill_inputs) */
+    int must_refuse;              /* the cache's last byte lies past the address space: the call must fail */
     size_t qe, kv_elems;          /* elements of q and out, and of K and V up to the last one the strides reach */
     size_t qes, kes, oes;         /* element sizes (2 for a dtype out of range) */
 } fuzz_case;
@@ -63,18 +81,25 @@ static inline int fuzz_case_read(reader *r, fuzz_case *c) {
     L->q_dtype = (fdec_dtype)(take(r, 1) % 4); /* 3 is out of range on purpose */
     L->kv_dtype = (fdec_dtype)(take(r, 1) % 4);
     L->out_dtype = (fdec_dtype)(take(r, 1) % 4);
-    L->kv_pos_stride = take(r, 1) < 128 ? 0 : pick(r, 5000);
-    L->kv_head_stride = take(r, 1) < 128 ? 0 : pick(r, 5000);
+    L->kv_pos_stride = pick_stride(r);
+    L->kv_head_stride = pick_stride(r);
     c->seq_len = take(r, 1) < 200 ? pick(r, 600) : take(r, 4);
     c->second = take(r, 1) & 1;
     const size_t D = L->head_dim, H = L->num_q_heads, G = L->num_kv_heads ? L->num_kv_heads : 1;
-    const size_t hs = L->kv_head_stride ? L->kv_head_stride : D, ps = L->kv_pos_stride ? L->kv_pos_stride : G * hs;
-    const size_t rows = L->ring_capacity ? L->ring_capacity : c->seq_len;
-    c->kv_elems = rows && D ? (rows - 1) * ps + (G - 1) * hs + D : 1;
+    const size_t hs = L->kv_head_stride ? L->kv_head_stride : D, rows = L->ring_capacity ? L->ring_capacity : c->seq_len;
+    size_t ps = L->kv_pos_stride, a, b, end, bytes;
+    /* the extent in bytes, checked for wrapping here as the library must: where it does not fit a size_t, the call
+     * must be refused, and it gets buffers of one element, so that a read past them shows */
+    int wraps = !ps && __builtin_mul_overflow(G, hs, &ps);
+    wraps = wraps || (rows && D && (__builtin_mul_overflow(rows - 1, ps, &a) || __builtin_mul_overflow(G - 1, hs, &b) ||
+                                    __builtin_add_overflow(a, b, &end) || __builtin_add_overflow(end, D, &end) ||
+                                    __builtin_mul_overflow(end, fuzz_elem_size(L->kv_dtype), &bytes)));
+    c->must_refuse = wraps;
+    c->kv_elems = wraps ? 1 : rows && D ? end : 1;
     c->qe = H * D != 0 ? H * D : 1;
-    if (c->kv_elems > fuzz_max_kv || c->qe > ((size_t)1 << 16) || H > 1024 ||
-        (double)rows * ps > 1e6 * ((double)fuzz_max_kv / (1 << 18)))
+    if (!wraps && (c->kv_elems > fuzz_max_kv || (double)rows * ps > 1e6 * ((double)fuzz_max_kv / (1 << 18))))
         return 0;
+    if (c->qe > ((size_t)1 << 16) || H > 1024) return 0;
     c->kes = fuzz_elem_size(L->kv_dtype), c->qes = fuzz_elem_size(L->q_dtype), c->oes = fuzz_elem_size(L->out_dtype);
     c->finite = take(r, 1) < 200;
     return 1;

@@ -42,7 +42,7 @@ FDEC_HD int fdec_kv_extent(const fdec_kv_layout *L, uint64_t rows, uint32_t G, u
 }
 
 /* The cache row of position t. */
-FDEC_HD uint64_t fdec_kv_row(uint32_t ring, uint64_t t) { return ring ? t % ring : t; }
+FDEC_HD uint64_t fdec_kv_row(const fdec_kv_layout *L, uint64_t t) { return L->ring ? t % L->ring : t; }
 
 /* The row of position lo + d of a ring whose position lo is in row lo_row, for d < ring: one compare and
  * subtraction instead of a division (the GPU kernels' form, fdec_cache_row). */
@@ -51,15 +51,16 @@ FDEC_HD uint32_t fdec_kv_ring_row(uint32_t ring, uint32_t lo_row, uint32_t d) {
     return row >= ring ? row - ring : row;
 }
 
-/* How many of the n positions from t have rows ps apart, starting at row(t): n, or fewer where the ring ends. */
-FDEC_HD uint64_t fdec_kv_run(uint32_t ring, uint64_t t, uint64_t n) {
-    const uint64_t left = ring ? ring - t % ring : n;
+/* How many of the n positions from t have rows ps apart, starting at row(t): n, or fewer where the ring ends. The
+ * kernels stream such runs; a layout that breaks rows apart elsewhere (pages) ends a run there too. */
+FDEC_HD uint64_t fdec_kv_run(const fdec_kv_layout *L, uint64_t t, uint64_t n) {
+    const uint64_t left = L->ring ? L->ring - t % L->ring : n;
     return left < n ? left : n;
 }
 
 /* The element offset of position t, KV head g, of sequence seq. */
 FDEC_HD size_t fdec_kv_offset(const fdec_kv_layout *L, uint32_t seq, uint64_t t, uint32_t g) {
-    return (size_t)seq * L->ss + (size_t)fdec_kv_row(L->ring, t) * L->ps + (size_t)g * L->hs;
+    return (size_t)seq * L->ss + (size_t)fdec_kv_row(L, t) * L->ps + (size_t)g * L->hs;
 }
 
 #endif

@@ -347,7 +347,8 @@ typedef struct {
     uint64_t row, nb;
 } block_span;
 ALWAYS_INLINE block_span block_at(const fdec_cpu_args *a, uint64_t t, uint64_t end) {
-    const block_span b = {fdec_kv_row(a->kv.ring, t), t >= end ? 0 : fdec_kv_run(a->kv.ring, t, end - t < NB ? end - t : NB)};
+    const uint64_t n = t >= end ? 0 : end - t < NB ? end - t : NB;
+    const block_span b = {fdec_kv_row(&a->kv, t), n ? fdec_kv_run(&a->kv, t, n) : 0};
     return b;
 }
 

@@ -296,7 +296,7 @@ static fdec_cuda_params call_params(const cuda_impl *c, const fdec_problem *p, c
     prm.part_l = prm.part_m + (size_t)p->H * nc;
     prm.D = p->D, prm.H = p->H, prm.G = p->G, prm.R = p->R;
     prm.lo = lp->split.lo, prm.hi = lp->split.hi;
-    prm.ring = p->kv.ring, prm.ring_lo = (uint32_t)fdec_kv_row(p->kv.ring, p->lo);
+    prm.ring = p->kv.ring, prm.ring_lo = (uint32_t)fdec_kv_row(&p->kv, p->lo);
     prm.nc = nc, prm.chunk_len = lp->split.chunk_len;
     prm.ps = p->kv.ps, prm.hs = p->kv.hs;
     prm.scale_log2 = p->logits.scale * 1.4426950408889634f;

@@ -3,6 +3,9 @@
 # host compiler), CUDA_L2_POLICY=0|1
 # (below), PREFIX (install).
 
+# The version, read from the header (its one definition).
+VERSION := $(shell sed -n 's/^\#define FDEC_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' include/flashdec.h | paste -sd.)
+
 CC      ?= cc
 PREFIX  ?= /usr/local
 BUILD   ?= build
@@ -147,6 +150,7 @@ test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme
 	$(if $(FUZZ_DRIVER),./$(FUZZ_DRIVER) -min-chunk 131072 -max-kv 300000000 -seconds 0 $(DRIFT_131K))
 	$(if $(FUZZ_DRIVER),./$(FUZZ_DRIVER) -simt -min-chunk 131072 -max-kv 300000000 -seconds 0 $(DRIFT_131K))
 	$(if $(CU_OBJ),$(MAKE) --no-print-directory check-sass)
+	tests/tool_flags.sh ./$(BUILD)/flashdec
 	./$(BUILD)/tests/run_tests --readme-example ./$(BUILD)/readme_example \
 	    --readme-example ./$(BUILD)/stage/readme_example
 
@@ -311,8 +315,14 @@ install: all
 	install -m 755 $(BUILD)/flashdec $(DESTDIR)$(PREFIX)/bin/
 	if [ -n "$(SP_LIB)" ]; then install -m 644 include/flashdec_nccl.h $(DESTDIR)$(PREFIX)/include/ && \
 	  install -m 755 $(SP_LIB) $(DESTDIR)$(PREFIX)/lib/; fi
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBS@|$(LDLIBS)|g' packaging/flashdec.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashdec.pc
-	sed -e 's|@LIBS@|$(LDLIBS)|g' packaging/flashdecConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/flashdec/flashdecConfig.cmake
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBS@|$(LDLIBS)|g' -e 's|@VERSION@|$(VERSION)|g' packaging/flashdec.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashdec.pc
+	sed -e 's|@LIBS@|$(LDLIBS)|g' -e 's|@VERSION@|$(VERSION)|g' packaging/flashdecConfig.cmake.in \
+	  > $(DESTDIR)$(PREFIX)/lib/cmake/flashdec/flashdecConfig.cmake
+	sed -e 's|@VERSION@|$(VERSION)|g' packaging/flashdecConfigVersion.cmake.in \
+	  > $(DESTDIR)$(PREFIX)/lib/cmake/flashdec/flashdecConfigVersion.cmake
+	install -d $(DESTDIR)$(PREFIX)/share/licenses/flashdec
+	install -m 644 LICENSE $(DESTDIR)$(PREFIX)/share/licenses/flashdec/
 
 clean:
 	rm -rf $(BUILD)

@@ -1,5 +1,6 @@
 """Builds the C library with the project's Makefile and ships it inside the package (flashdec/_lib/)."""
 import os
+import re
 import shutil
 import subprocess
 
@@ -25,4 +26,11 @@ class BinaryDistribution(Distribution):
         return True
 
 
-setup(cmdclass={"build_py": BuildWithLibrary}, distclass=BinaryDistribution)
+def version():
+    """The version's one definition: include/flashdec.h's FDEC_VERSION_* lines."""
+    with open(os.path.join(ROOT, "include", "flashdec.h")) as f:
+        parts = dict(re.findall(r"#define FDEC_VERSION_(MAJOR|MINOR|PATCH) (\d+)", f.read()))
+    return "{MAJOR}.{MINOR}.{PATCH}".format(**parts)
+
+
+setup(version=version(), cmdclass={"build_py": BuildWithLibrary}, distclass=BinaryDistribution)

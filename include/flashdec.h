@@ -44,6 +44,7 @@
 extern "C" {
 #endif
 
+/* The version, defined here only: the build, the package files and the Python package read it from these lines. */
 #define FDEC_VERSION_MAJOR 0
 #define FDEC_VERSION_MINOR 1
 #define FDEC_VERSION_PATCH 0
@@ -165,6 +166,10 @@ fdec_status fdec_plan(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_l
  * asynchronous on the context's stream. */
 fdec_status fdec_merge(fdec_context *ctx, uint32_t n, uint32_t num_heads, uint32_t head_dim, fdec_dtype dtype,
                        const void *const *outs, const float *const *lses, void *out, float *lse);
+
+/* The library's version as "MAJOR.MINOR.PATCH", of the library linked at run time (the macros above are the
+ * header's). */
+const char *fdec_version(void);
 
 /* A static English name for a status, e.g. "invalid argument". */
 const char *fdec_status_string(fdec_status status);

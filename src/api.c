@@ -29,6 +29,12 @@ fdec_status fdec_set_error(fdec_status st, const char *fmt, ...) {
 
 const char *fdec_last_error(void) { return err_buf; }
 
+#define FDEC_STR_(x) #x
+#define FDEC_STR(x) FDEC_STR_(x)
+const char *fdec_version(void) {
+    return FDEC_STR(FDEC_VERSION_MAJOR) "." FDEC_STR(FDEC_VERSION_MINOR) "." FDEC_STR(FDEC_VERSION_PATCH);
+}
+
 const char *fdec_status_string(fdec_status s) {
     switch (s) {
     case FDEC_OK: return "ok";

@@ -180,6 +180,13 @@ void test_split_bound(void) {
 
 /* ---- 6. the README example ---- */
 
+/* fdec_version() is the header's version, as the build and the packages read it. */
+void test_version(void) {
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", FDEC_VERSION_MAJOR, FDEC_VERSION_MINOR, FDEC_VERSION_PATCH);
+    check(!strcmp(fdec_version(), want), "fdec_version() is '%s', the header says %s", fdec_version(), want);
+}
+
 void test_readme_example(const char *path) {
     if (!path) return;
     char cmd[1024];

@@ -40,6 +40,7 @@ int main(int argc, char **argv) {
     printf("backend %s; contexts:", g_cuda ? fd_dev_name() : "cpu");
     for (int i = 0; i < npc; i++) printf(" %s", pc[i].name);
     printf("; seed %llu\n", (unsigned long long)seed);
+    test_version();
     test_bad_input();
     test_decode_cases(pc, npc);
     test_drift(pc, npc);

@@ -11,6 +11,7 @@
 #include "devmem.h"
 #include "sp_bench.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,16 +57,28 @@ static int parse_dtype(const char *s, fdec_dtype *t) {
 }
 
 
-/* Parses "1024,4096,32k" into list; returns the count or -1. */
-static int parse_list(const char *s, uint32_t *list, int max) {
+/* A whole number in [lo, hi] (decimal, or 0x hex) into *out: 0, or -1 for anything else (a sign, trailing
+ * characters, an empty string, a value out of range). */
+static int parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
+    if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') return -1;
+    char *end;
+    errno = 0;
+    const unsigned long long x = strtoull(s, &end, 0);
+    if (errno || *end || x < lo || x > hi) return -1;
+    *out = x;
+    return 0;
+}
+
+/* Parses "1024,4096,32k" into list, each at least lo; returns the count or -1. */
+static int parse_list(const char *s, uint32_t *list, int max, double lo) {
     int n = 0;
     while (*s && n < max) {
         char *end;
         double x = strtod(s, &end);
-        if (end == s || x < 0) return -1;
+        if (end == s || !(x >= 0)) return -1;
         if (*end == 'k' || *end == 'K') x *= 1024, end++;
         else if (*end == 'm' || *end == 'M') x *= 1048576, end++;
-        if (x > 4294967295.0) return -1;
+        if (x > 4294967295.0 || x < lo || x != (double)(uint32_t)x) return -1;
         list[n++] = (uint32_t)x;
         if (*end == ',') end++;
         else if (*end) return -1;
@@ -311,11 +324,12 @@ static void print_row(const result *r) {
            r->tol > 0 && !(r->err <= r->tol) ? " FAIL" : "");
 }
 
-static void write_json(const char *path, const result *r, int n, double bw1, double bw2, double gf) {
+/* 0, or -1 (said on stderr) where the file cannot be written */
+static int write_json(const char *path, const result *r, int n, double bw1, double bw2, double gf) {
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "flashdec: cannot write %s\n", path);
-        return;
+        return -1;
     }
     char host[128] = "";
     gethostname(host, sizeof host - 1);
@@ -330,8 +344,12 @@ static void write_json(const char *path, const result *r, int n, double bw1, dou
                 r[i].name, r[i].ctx_len, r[i].threads, fdec_dtype_name(r[i].kvt), r[i].us, r[i].gbs, r[i].floor_us,
                 r[i].pct_floor, r[i].bw, r[i].gflops, r[i].chunks, r[i].err, i + 1 < n ? "," : "");
     fprintf(f, "  ]\n}\n");
-    fclose(f);
+    if (fclose(f)) {
+        fprintf(stderr, "flashdec: cannot write %s\n", path);
+        return -1;
+    }
     printf("wrote %s\n", path);
+    return 0;
 }
 
 /* Streaming-read bandwidth over a buffer far larger than the L3: 1 GiB, or four times the L3 where that is more
@@ -413,15 +431,22 @@ static int cmd_bench(int argc, char **argv, int demo) {
             }
         } else if (!strcmp(a, "--shape")) {
             uint32_t v[3];
-            if (parse_list(val, v, 3) != 3) return usage_error(cmd, "--shape wants D,H,G, got '%s'", val);
+            if (parse_list(val, v, 3, 1) != 3) return usage_error(cmd, "--shape wants D,H,G, got '%s'", val);
             custom.D = v[0], custom.H = v[1], custom.G = v[2];
-        } else if (!strcmp(a, "--window")) custom.window = (uint32_t)atol(val);
-        else if (!strcmp(a, "--ring")) custom.ring = (uint32_t)atol(val);
-        else if (!strcmp(a, "--ctx")) {
-            if ((nctx = parse_list(val, ctxs, 32)) < 1) return usage_error(cmd, "bad --ctx list '%s'", val);
+        } else if (!strcmp(a, "--window") || !strcmp(a, "--ring")) {
+            uint64_t x;
+            if (parse_uint(val, 0, UINT32_MAX, &x))
+                return usage_error(cmd, a[2] == 'w' ? "--window must be a whole number in 0..4294967295, got '%s'"
+                                                    : "--ring must be a whole number in 0..4294967295, got '%s'",
+                                   val);
+            *(a[2] == 'w' ? &custom.window : &custom.ring) = (uint32_t)x;
+        } else if (!strcmp(a, "--ctx")) {
+            if ((nctx = parse_list(val, ctxs, 32, 1)) < 1)
+                return usage_error(cmd, "--ctx wants contexts of 1..4294967295 positions (1024,32k,...), got '%s'",
+                                   val);
             ctx_given = 1;
         } else if (!strcmp(a, "--threads")) {
-            if ((nthr = parse_list(val, thr, 8)) < 1) return usage_error(cmd, "bad --threads list '%s'", val);
+            if ((nthr = parse_list(val, thr, 8, 1)) < 1) return usage_error(cmd, "bad --threads list '%s'", val);
         } else if (!strcmp(a, "--kv")) {
             if (parse_dtype(val, &bo.kvt)) return usage_error(cmd, "bad dtype '%s' (f32, f16, bf16)", val);
         } else if (!strcmp(a, "--q")) {
@@ -436,12 +461,23 @@ static int cmd_bench(int argc, char **argv, int demo) {
             if (!fdec_cpu_path_parse(val, &bo.path))
                 return usage_error(cmd, "unknown path '%s' (auto, scalar, avx2, avx512, neon)", val);
         } else if (!strcmp(a, "--reps")) {
-            if ((bo.reps = atoi(val)) < 1) return usage_error(cmd, "--reps must be at least 1, got '%s'", val);
+            uint64_t x;
+            if (parse_uint(val, 1, 1000000, &x)) return usage_error(cmd, "--reps must be in 1..1000000, got '%s'", val);
+            bo.reps = (int)x;
         } else if (!strcmp(a, "--rotate-mb")) {
-            bo.rotate_bytes = (size_t)atol(val) << 20;
-        } else if (!strcmp(a, "--json")) json = val;
-        else if (!strcmp(a, "--gpus")) {
-            if ((gpus = atoi(val)) < 1 || gpus > 64) return usage_error(cmd, "--gpus must be in 1..64, got '%s'", val);
+            uint64_t x;
+            if (parse_uint(val, 0, 1 << 20, &x))
+                return usage_error(cmd, "--rotate-mb must be in 0..1048576, got '%s'", val);
+            bo.rotate_bytes = (size_t)x << 20;
+        } else if (!strcmp(a, "--json")) {
+            FILE *f = fopen(val, "a"); /* writable, before minutes of measurement */
+            if (!f) return usage_error(cmd, "--json: cannot write '%s'", val);
+            fclose(f);
+            json = val;
+        } else if (!strcmp(a, "--gpus")) {
+            uint64_t x;
+            if (parse_uint(val, 1, 64, &x)) return usage_error(cmd, "--gpus must be in 1..64, got '%s'", val);
+            gpus = (int)x;
         }
         else return usage_error(cmd, "unknown option '%s'", a);
     }
@@ -519,7 +555,7 @@ static int cmd_bench(int argc, char **argv, int demo) {
                 } else bad++;
                 fflush(stdout);
             }
-    if (json) write_json(json, res, nres, nthr > 1 ? bw[0] : 0, bw[nthr - 1], gf[nthr - 1]);
+    if (json && write_json(json, res, nres, nthr > 1 ? bw[0] : 0, bw[nthr - 1], gf[nthr - 1])) return 1;
     free(res);
     if (bad) printf("%d case(s) FAILED the reference check\n", bad);
     return bad ? 1 : 0;
@@ -543,8 +579,15 @@ static int cmd_verify(int argc, char **argv) {
             return usage_error("verify", "unknown option '%s'", a);
         if (!val) return usage_error("verify", "option '%s' needs a value", a);
         i++;
-        if (!strcmp(a, "--seed")) seed = strtoull(val, NULL, 0);
-        else if (!strcmp(a, "--configs")) configs = atoi(val);
+        uint64_t x;
+        if (!strcmp(a, "--seed")) {
+            if (parse_uint(val, 0, UINT64_MAX, &seed))
+                return usage_error("verify", "--seed must be a whole number, got '%s'", val);
+        } else if (!strcmp(a, "--configs")) {
+            if (parse_uint(val, 1, 100000000, &x))
+                return usage_error("verify", "--configs must be in 1..100000000, got '%s'", val);
+            configs = (int)x;
+        }
         else if (!strcmp(a, "--path")) {
             if (!fdec_cpu_path_parse(val, &path))
                 return usage_error("verify", "unknown path '%s' (auto, scalar, avx2, avx512, neon)", val);
@@ -607,7 +650,7 @@ static int cmd_info(int argc, char **argv) {
         return usage_error("info", "unknown option '%s'", argv[0]);
     }
     unsigned f = fdec_cpu_features();
-    printf("flashdec %d.%d.%d\n", FDEC_VERSION_MAJOR, FDEC_VERSION_MINOR, FDEC_VERSION_PATCH);
+    printf("flashdec %s\n", fdec_version());
     printf("cpu paths available: scalar%s%s%s\n", (f >> FDEC_CPU_AVX2) & 1 ? " avx2" : "",
            (f >> FDEC_CPU_AVX512) & 1 ? " avx512" : "", (f >> FDEC_CPU_NEON) & 1 ? " neon" : "");
     fdec_context *ctx;
@@ -641,6 +684,10 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(help, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("flashdec %s\n", fdec_version());
+        return 0;
     }
     if (!strcmp(argv[1], "demo")) return cmd_bench(argc - 2, argv + 2, 1);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2, 0);

@@ -19,7 +19,6 @@ import os as _os
 import threading as _threading
 
 __all__ = ["decode", "merge", "plan", "info", "Layer", "FlashdecError", "library_path"]
-__version__ = "0.1.0"
 
 _F32, _F16, _BF16 = 0, 1, 2
 _CPU, _CUDA = 0, 1
@@ -65,6 +64,8 @@ _lib.fdec_decode.argtypes = [_C.c_void_p, _C.POINTER(_LayerC), _C.c_uint32, _C.c
                              _C.c_void_p, _C.c_void_p, _C.c_void_p]
 _lib.fdec_plan.argtypes = [_C.c_void_p, _C.POINTER(_LayerC), _C.c_uint32, _C.POINTER(_PlanC)]
 _lib.fdec_last_error.restype = _C.c_char_p
+_lib.fdec_version.restype = _C.c_char_p
+__version__ = _lib.fdec_version().decode()  # the library's (its one definition is in flashdec.h)
 _lib.fdec_status_string.restype = _C.c_char_p
 _lib.fdec_backend_available.argtypes = [_C.c_int]
 _lib.fdec_merge.argtypes = [_C.c_void_p, _C.c_uint32, _C.c_uint32, _C.c_uint32, _C.c_int,

@@ -119,3 +119,8 @@ def test_hostile_arguments(window, ring, seq_len, threads):
         return
     ref, _ = reference(q, k, v, seq_len if seq_len is not None else 64, window, ring)
     assert np.abs(out - ref).max() <= TOL[np.dtype(np.float32)]
+
+
+def test_version_is_the_library_and_the_package():
+    import importlib.metadata
+    assert flashdec.__version__ == importlib.metadata.version("flashdec")

@@ -68,7 +68,7 @@ FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib test test-arm64 test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench install clean
+.PHONY: all lib test test-arm64 test-arm64-full test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec $(SP_LIB)
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/strassen.h src/cpu/simd.h $(HDRS)
@@ -155,20 +155,28 @@ test: all $(BUILD)/tests/run_tests $(BUILD)/readme_example $(BUILD)/stage/readme
 	    --readme-example ./$(BUILD)/stage/readme_example
 
 # The AArch64 build (the neon path) from this x86-64 machine: cross-compiled with Debian's gcc-aarch64-linux-gnu and
-# its C tests (--quick: every path's contexts, ~800 checks) run under qemu-user, both installed here where missing.
-# This checks the neon path's results, not its speed. On an AArch64 machine `make test` runs it natively. Where the two
-# cannot be installed (apt-get needs root), `make test-arm64` fails and `make test` (ARM64_OPTIONAL=1) says it skipped.
+# its C tests run under qemu-user, both installed here where missing. `make test-arm64` (part of `make test`) runs the
+# short subset (run_tests --short: every check group on the scalar and neon paths, no long call, 30 random
+# configurations); `make test-arm64-full` the quick suite (every fixed case, 100 configurations), which CI runs too.
+# This checks the neon path's results, not its speed. Where the two tools cannot be installed (apt-get needs root),
+# `make test-arm64` fails and `make test` (ARM64_OPTIONAL=1) says it skipped.
 ARM64_CC ?= aarch64-linux-gnu-gcc
+ARM64_RUN ?= --short
 test-arm64:
 	@if ! { command -v $(ARM64_CC) && command -v qemu-aarch64; } > /dev/null 2>&1 && \
-	    ! { apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user; }; then \
+	    ! { echo "test-arm64: installing gcc-aarch64-linux-gnu and qemu-user"; \
+	        apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user; }; then \
 	  echo "test-arm64: needs $(ARM64_CC) and qemu-aarch64 (as root: apt-get install gcc-aarch64-linux-gnu qemu-user)"; \
 	  if [ -n "$(ARM64_OPTIONAL)" ]; then echo "test-arm64: skipped, the AArch64 (neon) checks not run"; exit 0; fi; \
 	  exit 1; \
 	fi; \
-	$(MAKE) --no-print-directory BUILD=$(BUILD)/arm64 CC=$(ARM64_CC) ARCH=aarch64 CUDA=0 \
+	echo "test-arm64: cross-compiling the library and the C suite for AArch64"; \
+	$(MAKE) --no-print-directory -s BUILD=$(BUILD)/arm64 CC=$(ARM64_CC) ARCH=aarch64 CUDA=0 \
 	  $(BUILD)/arm64/tests/run_tests && \
-	QEMU_LD_PREFIX=/usr/aarch64-linux-gnu qemu-aarch64 ./$(BUILD)/arm64/tests/run_tests --quick
+	echo "test-arm64: run_tests $(ARM64_RUN) under qemu-aarch64" && \
+	QEMU_LD_PREFIX=/usr/aarch64-linux-gnu qemu-aarch64 ./$(BUILD)/arm64/tests/run_tests $(ARM64_RUN)
+test-arm64-full:
+	$(MAKE) --no-print-directory test-arm64 ARM64_RUN=--quick
 
 # The Python package: a virtual environment in build/venv with numpy, ml_dtypes, pytest and hypothesis from PyPI
 # (the stamp's name lists them, so that a new one reinstalls), the package installed into it with pip from this

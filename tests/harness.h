@@ -67,7 +67,7 @@ fdec_layer layer_of(uint32_t D, uint32_t H, uint32_t G, uint32_t window, uint32_
 
 /* The test groups (tests/test_*.c), run by test_main.c. */
 void test_sweep(path_ctx *pc, int npc, int configs, uint64_t seed);
-void test_decode_cases(path_ctx *pc, int npc);
+void test_decode_cases(path_ctx *pc, int npc, int short_run);
 void test_drift(path_ctx *pc, int npc);
 void test_numerics(path_ctx *pc, int npc);
 void test_nonfinite(path_ctx *pc, int npc);

@@ -5,7 +5,8 @@
  * With --cuda every context is a CUDA one and inputs and outputs live on the device (make test-cuda); the
  * same checks run, plus CUDA graph capture and replay.
  *
- *   build/tests/run_tests [--cuda] [--seed N] [--configs N] [--readme-example PATH] [--quick]
+ *   build/tests/run_tests [--cuda] [--seed N] [--configs N] [--readme-example PATH] [--quick] [--short]
+ * --quick: a sweep of 100 configurations; --short: 30, and none of the long calls (for runs under emulation).
  */
 #include "harness.h"
 
@@ -15,14 +16,16 @@ int main(int argc, char **argv) {
     int configs = 1100;
     const char *readme[4] = {NULL};
     int nreadme = 0;
+    int short_run = 0; /* --short: the fast subset (emulated runs): no long calls, a small sweep */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--configs") && i + 1 < argc) configs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--readme-example") && i + 1 < argc && nreadme < 4) readme[nreadme++] = argv[++i];
         else if (!strcmp(argv[i], "--quick")) configs = 100;
+        else if (!strcmp(argv[i], "--short")) configs = 30, short_run = 1;
         else if (!strcmp(argv[i], "--cuda")) g_cuda = 1;
         else {
-            fprintf(stderr, "run_tests: unknown argument '%s' (--cuda, --seed N, --configs N, --quick, "
+            fprintf(stderr, "run_tests: unknown argument '%s' (--cuda, --seed N, --configs N, --quick, --short, "
                             "--readme-example PATH)\n", argv[i]);
             return 2;
         }
@@ -40,25 +43,32 @@ int main(int argc, char **argv) {
     printf("backend %s; contexts:", g_cuda ? fd_dev_name() : "cpu");
     for (int i = 0; i < npc; i++) printf(" %s", pc[i].name);
     printf("; seed %llu\n", (unsigned long long)seed);
-    test_version();
-    test_bad_input();
-    test_decode_cases(pc, npc);
-    test_drift(pc, npc);
-    test_numerics(pc, npc);
-    test_nonfinite(pc, npc);
-    test_contract(pc, npc);
-    test_merge();
-    test_split_bound();
-    if (!g_cuda) test_conversions();
+/* each group's time after its own lines, so that a slow step shows where it is */
+#define STEP(call)                                                                                              \
+    do {                                                                                                        \
+        const double t_ = fd_now();                                                                             \
+        call;                                                                                                   \
+        printf("  [%s: %.1f s]\n", #call, fd_now() - t_);                                                        \
+    } while (0)
+    STEP(test_version());
+    STEP(test_bad_input());
+    STEP(test_decode_cases(pc, npc, short_run));
+    if (!short_run) STEP(test_drift(pc, npc));
+    STEP(test_numerics(pc, npc));
+    STEP(test_nonfinite(pc, npc));
+    STEP(test_contract(pc, npc));
+    STEP(test_merge());
+    STEP(test_split_bound());
+    if (!g_cuda) STEP(test_conversions());
     if (g_cuda) {
-        test_cuda_graph();
-        test_cuda_reserve_bound();
+        STEP(test_cuda_graph());
+        STEP(test_cuda_reserve_bound());
     } else {
-        test_determinism_threads();
-        test_work_stealing();
-        test_concurrency();
+        STEP(test_determinism_threads());
+        if (!short_run) STEP(test_work_stealing());
+        STEP(test_concurrency());
     }
-    test_sweep(pc, npc, configs, seed);
+    STEP(test_sweep(pc, npc, configs, seed));
     for (int i = 0; i < nreadme; i++) test_readme_example(readme[i]);
     if (!g_cuda)
         printf("CUDA tests: skipped here (%s)\n", fdec_backend_available(FDEC_BACKEND_CUDA)

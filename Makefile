@@ -50,12 +50,16 @@ CUDA_L2_POLICY ?= $(if $(filter $(CUDA_L2_POLICY_CHECKED),$(NVCC_RELEASE)),1,0)
 NVFLAGS   := -O3 -std=c++17 -Xcompiler -fPIC -Iinclude $(CUDA_GENCODE) -lineinfo -Xfatbin -compress-all \
              -DFDEC_CP_EVICT_FIRST=$(CUDA_L2_POLICY) $(NVHOST)
 BASE      += -DFDEC_HAVE_CUDA -I$(CUDA_HOME)/include
-LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
-else
-LIB_SRC   += src/cuda/none.c
+# The CUDA runtime, for the CUDA module and the tools' device buffers (tools/devmem.c); libflashdec itself links none.
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+CUDA_MOD  := $(BUILD)/libflashdec_cuda.so
 endif
+# The CUDA backend's loader (src/cuda/loader.c) is in every build: without the module a CUDA context is
+# FDEC_EUNSUPPORTED with a message that says what is missing.
+LIB_SRC += src/cuda/loader.c
+LDLIBS  += -ldl
 
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # The NCCL companion (sequence-parallel decode, include/flashdec_nccl.h) when CUDA and nccl.h are present.
 NCCL_H  := $(if $(filter 1,$(CUDA)),$(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)))
 SP_LIB  := $(if $(NCCL_H),$(BUILD)/libflashdec_nccl.so)
@@ -69,7 +73,7 @@ $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)"
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
 .PHONY: all lib test test-arm64 test-arm64-full test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench install clean
-all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(BUILD)/flashdec $(SP_LIB)
+all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(CUDA_MOD) $(BUILD)/flashdec $(SP_LIB)
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/strassen.h src/cpu/simd.h $(HDRS)
 	@mkdir -p $(dir $@)
@@ -94,15 +98,30 @@ $(BUILD)/libflashdec.a: $(LIB_OBJ)
 $(BUILD)/libflashdec.so: $(LIB_OBJ)
 	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,libflashdec.so.0
 
+# The libraries alone (what the Python package ships): libflashdec.so and, where CUDA is built, its module.
+lib: $(BUILD)/libflashdec.so $(CUDA_MOD)
+
+# The CUDA backend as a module (src/cuda/loader.c finds it beside libflashdec): the kernels and launch code, the
+# split rule and the dtype table it shares with the library, and its entry point; it exports that entry point alone
+# (so that its calls bind inside it, whatever else the process has loaded).
+$(BUILD)/cuda_module.map:
+	@mkdir -p $(BUILD)
+	printf '{ global: fdec_cuda_module_create; local: *; };\n' > $@
+$(CUDA_MOD): $(CU_OBJ) $(BUILD)/src/cuda/module.o $(BUILD)/src/plan.o $(BUILD)/src/dtype.o $(BUILD)/cuda_module.map
+	$(CC) $(LDFLAGS) -shared -o $@ $(filter %.o,$^) -Wl,--version-script,$(BUILD)/cuda_module.map $(CUDA_LIBS) -lm
+
 TOOL_OBJ := $(BUILD)/tools/bench_util.o $(BUILD)/tools/devmem.o
+# The tools and tests: the CUDA runtime for their own device buffers (devmem.c), and the build folder on their
+# RUNPATH, where the CUDA module is found.
+TOOL_LIBS = $(LDLIBS) $(CUDA_LIBS)
 
 # -rdynamic: libflashdec_nccl.so, opened by `bench --gpus`, then calls the tool's own copy of the library
 $(BUILD)/flashdec: $(BUILD)/tools/flashdec.o $(BUILD)/tools/sp_bench.o $(TOOL_OBJ) $(BUILD)/libflashdec.a
-	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS) -ldl
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(TOOL_LIBS) -Wl,-rpath,'$$ORIGIN'
 
 $(BUILD)/tests/test_sp: tests/test_sp.c include/flashdec_nccl.h $(SP_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE) $(CFLAGS) -o $@ $< -L$(BUILD) -lflashdec_nccl -l:libflashdec.so -Wl,-rpath,'$$ORIGIN/..' $(LDLIBS)
+	$(CC) $(BASE) $(CFLAGS) -o $@ $< -L$(BUILD) -lflashdec_nccl -l:libflashdec.so -Wl,-rpath,'$$ORIGIN/..' $(TOOL_LIBS)
 
 $(BUILD)/libflashdec.so.0: $(BUILD)/libflashdec.so
 	ln -sf libflashdec.so $@
@@ -116,7 +135,7 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out tests/test_sp.c,$(wildcard 
 $(TEST_OBJ): tests/harness.h
 $(BUILD)/tests/test_numerics.o: fuzz/fuzz_input.h # test_drift reads the corpus drift input as the fuzz harnesses do
 $(BUILD)/tests/run_tests: $(TEST_OBJ) $(TOOL_OBJ) $(BUILD)/libflashdec.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(TOOL_LIBS) -Wl,-rpath,'$$ORIGIN/..'
 
 # The README's C example, cut out of README.md, compiled against the built library and run.
 $(BUILD)/readme_example.c: README.md
@@ -216,9 +235,9 @@ CUOBJDUMP ?= $(firstword $(wildcard $(CUDA_HOME)/bin/cuobjdump) $(shell command 
 $(SASS_PYPI): | $(VENV_OK)
 	$(VENV)/bin/pip install -q --target $(SASS_TOOLS) nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37 || \
 	  echo "check-sass: cuobjdump could not be installed from PyPI"
-check-sass: $(BUILD)/libflashdec.so $(if $(filter $(SASS_PYPI),$(CUOBJDUMP)),$(SASS_PYPI))
+check-sass: $(CUDA_MOD) $(if $(filter $(SASS_PYPI),$(CUOBJDUMP)),$(SASS_PYPI))
 	@if [ -x "$(CUOBJDUMP)" ] && [ -n "$(CU_OBJ)" ]; then \
-	  PATH="$$(dirname $(CUOBJDUMP)):$$PATH" $(CUOBJDUMP) -sass $(BUILD)/libflashdec.so | python3 tools/sass_check.py; \
+	  PATH="$$(dirname $(CUOBJDUMP)):$$PATH" $(CUOBJDUMP) -sass $(CUDA_MOD) | python3 tools/sass_check.py; \
 	else echo "check-sass: skipped (no cuobjdump, or no CUDA code built; CUOBJDUMP=... names one)"; fi
 
 # The C suite under AddressSanitizer + UndefinedBehaviorSanitizer (every path, a smaller sweep: the scalar
@@ -266,10 +285,11 @@ fuzz:
 # CUDA device it prints a skip line.
 #   fuzz_decode_cuda_fast: against the regular library, guided by the harness's own branches (~2,700 inputs/s on the
 #     H200);
-#   fuzz_decode_cuda: against a build of the library of its own (build/fuzz-cuda) whose C sources and the host code of
-#     src/cuda/cuda.cu (nvcc with clang++ as the host compiler) carry libFuzzer's coverage and ASan + UBSan, so that
-#     the library's branches guide it and a host-side memory error stops it (~300 inputs/s). ASan needs
-#     protect_shadow_gap=0 beside the CUDA driver; leaks are `make fuzz`'s.
+#   fuzz_decode_cuda: against a build of the library and its CUDA module of its own (build/fuzz-cuda, where the
+#     program is too, so that it loads that module) whose C sources and the host code of src/cuda/cuda.cu (nvcc with
+#     clang++ as the host compiler) carry libFuzzer's coverage and ASan + UBSan, so that the library's branches guide
+#     it and a host-side memory error stops it (~300 inputs/s). ASan needs protect_shadow_gap=0 beside the CUDA
+#     driver; leaks are `make fuzz`'s.
 FUZZ_SAN_SECONDS ?= 120
 FUZZ_CUDA_SAN := $(FUZZ_SAN) -fno-sanitize=vptr
 FUZZ_CUDA_DIR := $(BUILD)/fuzz-cuda
@@ -277,23 +297,23 @@ HAVE_GPU := ./$(BUILD)/flashdec info | grep -q 'cuda device'
 ifeq ($(CUDA),1)
 $(BUILD)/fuzz_decode_cuda_driver: fuzz/fuzz_decode_cuda.c fuzz/fuzz_input.h $(BUILD)/tools/bench_util.o \
                                   $(BUILD)/libflashdec.a
-	$(CC) $(BASE) -O1 -g -DFDEC_FUZZ_DRIVER -o $@ $< $(BUILD)/tools/bench_util.o $(BUILD)/libflashdec.a $(LDLIBS)
+	$(CC) $(BASE) -O1 -g -DFDEC_FUZZ_DRIVER -o $@ $< $(BUILD)/tools/bench_util.o $(BUILD)/libflashdec.a $(TOOL_LIBS)
 fuzz-cuda: all $(BUILD)/fuzz_decode_cuda_driver
 	@if ! $(HAVE_GPU); then echo "fuzz-cuda: skipped (no CUDA device here)"; exit 0; fi; \
 	if command -v clang++ >/dev/null && $(HAVE_LIBFUZZER); then \
 	  $(MAKE) --no-print-directory BUILD=$(FUZZ_CUDA_DIR) CC=clang \
 	    CFLAGS="-O1 -g -fsanitize=fuzzer-no-link $(FUZZ_CUDA_SAN)" \
 	    NVHOST="-ccbin clang++ $(foreach f,-fsanitize=fuzzer-no-link $(FUZZ_CUDA_SAN),-Xcompiler $(f))" \
-	    $(FUZZ_CUDA_DIR)/libflashdec.a $(FUZZ_CUDA_DIR)/tools/bench_util.o && \
+	    $(FUZZ_CUDA_DIR)/libflashdec.a $(FUZZ_CUDA_DIR)/libflashdec_cuda.so $(FUZZ_CUDA_DIR)/tools/bench_util.o && \
 	  clang $(BASE) -O1 -g -fsanitize=fuzzer $(FUZZ_CUDA_SAN) -c fuzz/fuzz_decode_cuda.c \
 	    -o $(FUZZ_CUDA_DIR)/fuzz_decode_cuda.o && \
-	  clang++ -fsanitize=fuzzer $(FUZZ_CUDA_SAN) -o $(BUILD)/fuzz_decode_cuda $(FUZZ_CUDA_DIR)/fuzz_decode_cuda.o \
-	    $(FUZZ_CUDA_DIR)/tools/bench_util.o $(FUZZ_CUDA_DIR)/libflashdec.a $(LDLIBS) && \
+	  clang++ -fsanitize=fuzzer $(FUZZ_CUDA_SAN) -o $(FUZZ_CUDA_DIR)/fuzz_decode_cuda $(FUZZ_CUDA_DIR)/fuzz_decode_cuda.o \
+	    $(FUZZ_CUDA_DIR)/tools/bench_util.o $(FUZZ_CUDA_DIR)/libflashdec.a $(TOOL_LIBS) && \
 	  clang $(BASE) -O1 -g -fsanitize=fuzzer -o $(BUILD)/fuzz_decode_cuda_fast fuzz/fuzz_decode_cuda.c \
-	    $(BUILD)/tools/bench_util.o $(BUILD)/libflashdec.a $(LDLIBS) && mkdir -p $(BUILD)/fuzz_cuda_corpus && \
+	    $(BUILD)/tools/bench_util.o $(BUILD)/libflashdec.a $(TOOL_LIBS) && mkdir -p $(BUILD)/fuzz_cuda_corpus && \
 	  ./$(BUILD)/fuzz_decode_cuda_fast -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=256 \
 	    -artifact_prefix=$(BUILD)/fuzz-cuda-fast- $(BUILD)/fuzz_cuda_corpus fuzz/corpus && \
-	  ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 ./$(BUILD)/fuzz_decode_cuda -max_total_time=$(FUZZ_SECONDS) \
+	  ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 ./$(FUZZ_CUDA_DIR)/fuzz_decode_cuda -max_total_time=$(FUZZ_SECONDS) \
 	    -print_final_stats=1 -max_len=256 -artifact_prefix=$(BUILD)/fuzz-cuda- $(BUILD)/fuzz_cuda_corpus fuzz/corpus; \
 	else echo "fuzz-cuda: no clang with libFuzzer here, the driver alone"; \
 	  ./$(BUILD)/fuzz_decode_cuda_driver -seconds $(FUZZ_SECONDS) fuzz/corpus/*; fi
@@ -319,6 +339,7 @@ install: all
 	install -m 644 include/flashdec.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libflashdec.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libflashdec.so $(DESTDIR)$(PREFIX)/lib/libflashdec.so.0
+	if [ -n "$(CUDA_MOD)" ]; then install -m 755 $(CUDA_MOD) $(DESTDIR)$(PREFIX)/lib/; fi
 	ln -sf libflashdec.so.0 $(DESTDIR)$(PREFIX)/lib/libflashdec.so
 	install -m 755 $(BUILD)/flashdec $(DESTDIR)$(PREFIX)/bin/
 	if [ -n "$(SP_LIB)" ]; then install -m 644 include/flashdec_nccl.h $(DESTDIR)$(PREFIX)/include/ && \

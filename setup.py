@@ -14,11 +14,14 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 class BuildWithLibrary(build_py):
     def run(self):
         jobs = str(max(1, os.cpu_count() or 1))
-        subprocess.check_call(["make", "-C", ROOT, "-j", jobs, "build/libflashdec.so"])
+        subprocess.check_call(["make", "-C", ROOT, "-j", jobs, "lib"])
         super().run()
         dest = os.path.join(self.build_lib, "flashdec", "_lib")
         os.makedirs(dest, exist_ok=True)
-        shutil.copy2(os.path.join(ROOT, "build", "libflashdec.so"), os.path.join(dest, "libflashdec.so"))
+        # the library, and the CUDA backend's module where this machine built one (the library loads it if it can)
+        for name in ("libflashdec.so", "libflashdec_cuda.so"):
+            if os.path.exists(os.path.join(ROOT, "build", name)):
+                shutil.copy2(os.path.join(ROOT, "build", name), os.path.join(dest, name))
 
 
 class BinaryDistribution(Distribution):

@@ -89,6 +89,18 @@ typedef struct {
 fdec_status fdec_context_create_test(fdec_backend backend, const fdec_options *opts, const fdec_test_options *t,
                                      fdec_context **out);
 
+/* The CUDA backend is a module loaded at run time (cuda/loader.c): the loading library hands it this table, and the
+ * module's fdec_cuda_module_create (cuda/module.c) creates the backend. FDEC_CUDA_MODULE_ABI changes with the table,
+ * fdec_backend_ops, fdec_problem or fdec_test_options, so that a module of another version is refused. */
+#define FDEC_CUDA_MODULE_ABI 1
+typedef struct {
+    int abi;
+    void (*set_error)(fdec_status st, const char *msg); /* the loading library's fdec_set_error */
+} fdec_cuda_host;
+typedef fdec_status (*fdec_cuda_module_create_fn)(const fdec_cuda_host *h, const fdec_options *o,
+                                                  const fdec_test_options *t, void **impl,
+                                                  const fdec_backend_ops **ops);
+
 /* Backends. */
 fdec_status fdec_cpu_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops);
 fdec_status fdec_cuda_create(const fdec_options *o, const fdec_test_options *t, void **impl,

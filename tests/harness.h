@@ -78,6 +78,7 @@ void test_bad_input(void);
 void test_split_bound(void);
 void test_readme_example(const char *path);
 void test_version(void);
+void test_cuda_absent(void);
 void test_determinism_threads(void);
 void test_work_stealing(void);
 void test_concurrency(void);

@@ -180,6 +180,17 @@ void test_split_bound(void) {
 
 /* ---- 6. the README example ---- */
 
+/* Without a CUDA device (or without the CUDA module or runtime), a CUDA context is FDEC_EUNSUPPORTED with a message
+ * that says what is missing, and nothing is created. */
+void test_cuda_absent(void) {
+    if (fd_dev_available()) return;
+    fdec_context *ctx = (fdec_context *)&ctx;
+    const fdec_status st = fdec_context_create(FDEC_BACKEND_CUDA, NULL, &ctx);
+    check(st == FDEC_EUNSUPPORTED && !ctx && strlen(fdec_last_error()) > 10,
+          "a CUDA context without a device: status %d, message '%s'", (int)st, fdec_last_error());
+    printf("CUDA context here: %s\n", fdec_last_error());
+}
+
 /* fdec_version() is the header's version, as the build and the packages read it. */
 void test_version(void) {
     char want[32];

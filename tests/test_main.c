@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
         printf("  [%s: %.1f s]\n", #call, fd_now() - t_);                                                        \
     } while (0)
     STEP(test_version());
+    if (!g_cuda) STEP(test_cuda_absent());
     STEP(test_bad_input());
     STEP(test_decode_cases(pc, npc, short_run));
     if (!short_run) STEP(test_drift(pc, npc));

@@ -1,5 +1,6 @@
 /* cuda.cu — the CUDA backend: device and stream, scratch, the GPU's split rule, kernel choice and launch. The
- * kernels are in simt.cuh, mma.cuh and merge.cuh.
+ * kernels are in simt.cuh, mma.cuh and merge.cuh. Built into the module libflashdec_cuda.so (module.c is its entry,
+ * loader.c in libflashdec loads it).
  *
  * A call launches two kernels on the context's stream (the decode, then the merge of its chunks) and nothing
  * else: no allocation once the scratch is large enough (fdec_context_reserve, or the first call of the largest

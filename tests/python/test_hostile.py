@@ -124,3 +124,24 @@ def test_hostile_arguments(window, ring, seq_len, threads):
 def test_version_is_the_library_and_the_package():
     import importlib.metadata
     assert flashdec.__version__ == importlib.metadata.version("flashdec")
+
+
+def test_library_without_the_cuda_module(tmp_path):
+    """libflashdec alone (no CUDA module beside it, as on a machine without CUDA): the package imports and decodes on
+    the CPU, and a CUDA context is refused with a message that names the missing module."""
+    import shutil
+    import subprocess
+    import sys
+    lib = tmp_path / "libflashdec.so"
+    shutil.copy(flashdec.library_path(), lib)
+    code = (
+        "import ctypes, numpy as np, flashdec\n"
+        "q = np.ones((2, 8), np.float32); k = np.ones((5, 1, 8), np.float32)\n"
+        "assert np.allclose(flashdec.decode(q, k, k), 1)\n"
+        "ctx = ctypes.c_void_p()\n"
+        "st = flashdec._lib.fdec_context_create(1, None, ctypes.byref(ctx))\n"
+        "print(st, flashdec._lib.fdec_last_error().decode())\n")
+    env = dict(__import__("os").environ, FLASHDEC_LIBRARY=str(lib))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("2 ") and "libflashdec_cuda.so" in out.stdout, out.stdout

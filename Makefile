@@ -15,7 +15,8 @@ ARCH    := $(shell uname -m)
 
 WARN    := -Wall -Wextra -Wshadow -Wno-unused-function
 CFLAGS  ?= -O3
-BASE    := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WARN) -Iinclude
+# -fvisibility=hidden: the shared libraries export what their headers mark FDEC_API, nothing else
+BASE    := -std=c11 -D_GNU_SOURCE -fPIC -pthread -fvisibility=hidden $(WARN) -Iinclude
 LDLIBS  := -lm -pthread
 LDFLAGS ?=
 
@@ -126,8 +127,10 @@ $(BUILD)/tests/test_sp: tests/test_sp.c include/flashdec_nccl.h $(SP_LIB)
 $(BUILD)/libflashdec.so.0: $(BUILD)/libflashdec.so
 	ln -sf libflashdec.so $@
 
-$(BUILD)/libflashdec_nccl.so: src/nccl/sp.c include/flashdec_nccl.h $(HDRS) $(BUILD)/libflashdec.so $(BUILD)/libflashdec.so.0
-	$(CC) $(BASE) $(CFLAGS) $(LDFLAGS) -shared -o $@ src/nccl/sp.c -L$(BUILD) -l:libflashdec.so \
+# (with its own copy of the dtype table's conversions, which libflashdec does not export)
+$(BUILD)/libflashdec_nccl.so: src/nccl/sp.c include/flashdec_nccl.h $(HDRS) $(BUILD)/libflashdec.so $(BUILD)/libflashdec.so.0 \
+                              $(BUILD)/src/dtype.o
+	$(CC) $(BASE) $(CFLAGS) $(LDFLAGS) -shared -o $@ src/nccl/sp.c $(BUILD)/src/dtype.o -L$(BUILD) -l:libflashdec.so \
 	  -L$(CUDA_HOME)/lib64 -lnccl -lcudart -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	  -Wl,-soname,libflashdec_nccl.so
 

@@ -44,6 +44,13 @@
 extern "C" {
 #endif
 
+/* What the shared library exports: the declarations below, and nothing else of its own. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FDEC_API __attribute__((visibility("default")))
+#else
+#define FDEC_API
+#endif
+
 /* The version, defined here only: the build, the package files and the Python package read it from these lines. */
 #define FDEC_VERSION_MAJOR 0
 #define FDEC_VERSION_MINOR 1
@@ -122,20 +129,20 @@ typedef struct fdec_context fdec_context;
 
 /* Returns default options: threads 0 (all CPUs), cpu_path AUTO, no parallel_for, cuda device 0, default
  * stream. */
-fdec_options fdec_default_options(void);
+FDEC_API fdec_options fdec_default_options(void);
 
 /* Creates a context for `backend`. opts NULL means fdec_default_options(). The CPU backend starts its thread
  * pool here (not per call). On success *out holds the context; on failure *out is NULL. FDEC_EUNSUPPORTED if
  * the backend is not compiled in or no device is present. */
-fdec_status fdec_context_create(fdec_backend backend, const fdec_options *opts, fdec_context **out);
+FDEC_API fdec_status fdec_context_create(fdec_backend backend, const fdec_options *opts, fdec_context **out);
 
 /* Destroys a context and its thread pool and scratch. NULL is a no-op. */
-void fdec_context_destroy(fdec_context *ctx);
+FDEC_API void fdec_context_destroy(fdec_context *ctx);
 
 /* Reserves scratch for every call of `layer` with seq_len up to max_seq_len, so that later calls of that
  * size never allocate (on CUDA: can be captured into a CUDA graph). Optional: a call reserves what it needs
  * itself the first time it meets a larger shape. */
-fdec_status fdec_context_reserve(fdec_context *ctx, const fdec_layer *layer, uint32_t max_seq_len);
+FDEC_API fdec_status fdec_context_reserve(fdec_context *ctx, const fdec_layer *layer, uint32_t max_seq_len);
 
 /* Computes decode attention for one query token (see the top of this file).
  *   q    [num_q_heads][head_dim] of layer->q_dtype
@@ -148,12 +155,12 @@ fdec_status fdec_context_reserve(fdec_context *ctx, const fdec_layer *layer, uin
  * kernel launch early, which matters only to a kernel you launch with programmatic stream serialization, and
  * such a kernel must wait (cudaGridDependencySynchronize) before it reads out or lse, as that attribute requires.
  * On error nothing is written. */
-fdec_status fdec_decode(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_len, const void *q,
-                        const void *k, const void *v, void *out, float *lse);
+FDEC_API fdec_status fdec_decode(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_len, const void *q,
+                                 const void *k, const void *v, void *out, float *lse);
 
 /* Fills *info with the split that fdec_decode would use for this layer and seq_len. Checks the layer like
  * fdec_decode does. */
-fdec_status fdec_plan(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_len, fdec_plan_info *info);
+FDEC_API fdec_status fdec_plan(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_len, fdec_plan_info *info);
 
 /* Merges n partial results of the same query over disjoint position ranges (e.g. shards of a cache held by
  * different devices, each computed with fdec_decode(..., lse)) into the result over their union, exactly:
@@ -164,21 +171,22 @@ fdec_status fdec_plan(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_l
  * its out is 0 and its lse -inf. A NaN in a head's inputs makes the head NaN. out may alias outs[0].
  * On the CUDA backend every pointer (outs[i], lses[i], out, lse) is a device pointer and the call is
  * asynchronous on the context's stream. */
-fdec_status fdec_merge(fdec_context *ctx, uint32_t n, uint32_t num_heads, uint32_t head_dim, fdec_dtype dtype,
-                       const void *const *outs, const float *const *lses, void *out, float *lse);
+FDEC_API fdec_status fdec_merge(fdec_context *ctx, uint32_t n, uint32_t num_heads, uint32_t head_dim,
+                                fdec_dtype dtype, const void *const *outs, const float *const *lses, void *out,
+                                float *lse);
 
 /* The library's version as "MAJOR.MINOR.PATCH", of the library linked at run time (the macros above are the
  * header's). */
-const char *fdec_version(void);
+FDEC_API const char *fdec_version(void);
 
 /* A static English name for a status, e.g. "invalid argument". */
-const char *fdec_status_string(fdec_status status);
+FDEC_API const char *fdec_status_string(fdec_status status);
 
 /* This thread's message for its last failed call; "" if none failed yet. Valid until this thread's next call. */
-const char *fdec_last_error(void);
+FDEC_API const char *fdec_last_error(void);
 
 /* 1 if the backend is compiled into this build (CUDA may still find no device at context creation). */
-int fdec_backend_available(fdec_backend backend);
+FDEC_API int fdec_backend_available(fdec_backend backend);
 
 #ifdef __cplusplus
 }

@@ -36,16 +36,16 @@ extern "C" {
 typedef struct fdec_sp fdec_sp;
 
 /* Makes a new NCCL unique id (on one rank; every rank of the group passes the same id to fdec_sp_create). */
-fdec_status fdec_sp_unique_id(unsigned char id[FDEC_SP_ID_BYTES]);
+FDEC_API fdec_status fdec_sp_unique_id(unsigned char id[FDEC_SP_ID_BYTES]);
 
 /* Joins the group of `nranks` ranks as `rank` (collective: returns when every rank has joined). `ctx` is a CUDA
  * context of this rank's device and `stream` the cudaStream_t it was created with (NULL: the default stream);
  * the handle uses both and does not own them. On failure *out is NULL. */
-fdec_status fdec_sp_create(fdec_context *ctx, void *stream, int nranks, int rank,
-                           const unsigned char id[FDEC_SP_ID_BYTES], fdec_sp **out);
+FDEC_API fdec_status fdec_sp_create(fdec_context *ctx, void *stream, int nranks, int rank,
+                                    const unsigned char id[FDEC_SP_ID_BYTES], fdec_sp **out);
 
 /* Leaves the group and frees the handle's buffers. NULL is a no-op. */
-void fdec_sp_destroy(fdec_sp *sp);
+FDEC_API void fdec_sp_destroy(fdec_sp *sp);
 
 /* One token's attention over the whole sequence, of which this rank holds positions
  * [shard_lo, shard_lo + shard_len): k and v point to the row of position shard_lo in the layer's layout
@@ -53,8 +53,9 @@ void fdec_sp_destroy(fdec_sp *sp);
  * [seq_len - window, seq_len) as in fdec_decode. q, out and lse (may be NULL) are device pointers of this
  * rank, the same shapes as in fdec_decode; every rank gets the whole result. Asynchronous on the stream.
  * For 16-bit out the partials are rounded to the out dtype before the merge (one extra rounding). */
-fdec_status fdec_sp_decode(fdec_sp *sp, const fdec_layer *layer, uint32_t seq_len, uint32_t shard_lo,
-                           uint32_t shard_len, const void *q, const void *k, const void *v, void *out, float *lse);
+FDEC_API fdec_status fdec_sp_decode(fdec_sp *sp, const fdec_layer *layer, uint32_t seq_len, uint32_t shard_lo,
+                                    uint32_t shard_len, const void *q, const void *k, const void *v, void *out,
+                                    float *lse);
 
 #ifdef __cplusplus
 }

@@ -41,15 +41,16 @@ typedef struct fdec_backend_ops {
                          const float *const *lses, void *out, float *lse);
 } fdec_backend_ops;
 
-/* api.c: records this thread's error message; returns `st` for tail calls. */
-fdec_status fdec_set_error(fdec_status st, const char *fmt, ...)
+/* api.c: records this thread's error message; returns `st` for tail calls. Exported (FDEC_API), with
+ * fdec_problem_init, for libflashdec_nccl, which checks layers and reports errors through this library; not API. */
+FDEC_API fdec_status fdec_set_error(fdec_status st, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
 
 /* api.c: turns a layer + seq_len into a problem, or an error with a message. */
-fdec_status fdec_problem_init(const fdec_layer *layer, uint32_t seq_len, fdec_problem *p);
+FDEC_API fdec_status fdec_problem_init(const fdec_layer *layer, uint32_t seq_len, fdec_problem *p);
 
 /* plan.c: split rule. `lanes` is the parallelism available (CPU threads, or GPU "slots"); `min_chunk` the
  * shortest chunk worth a separate partial state. */

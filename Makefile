@@ -346,7 +346,9 @@ install: all
 	ln -sf libflashdec.so.0 $(DESTDIR)$(PREFIX)/lib/libflashdec.so
 	install -m 755 $(BUILD)/flashdec $(DESTDIR)$(PREFIX)/bin/
 	if [ -n "$(SP_LIB)" ]; then install -m 644 include/flashdec_nccl.h $(DESTDIR)$(PREFIX)/include/ && \
-	  install -m 755 $(SP_LIB) $(DESTDIR)$(PREFIX)/lib/; fi
+	  install -m 755 $(SP_LIB) $(DESTDIR)$(PREFIX)/lib/ && \
+	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' packaging/flashdec_nccl.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashdec_nccl.pc; fi
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBS@|$(LDLIBS)|g' -e 's|@VERSION@|$(VERSION)|g' packaging/flashdec.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashdec.pc
 	sed -e 's|@LIBS@|$(LDLIBS)|g' -e 's|@VERSION@|$(VERSION)|g' packaging/flashdecConfig.cmake.in \

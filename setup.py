@@ -24,6 +24,19 @@ class BuildWithLibrary(build_py):
                 shutil.copy2(os.path.join(ROOT, "build", name), os.path.join(dest, name))
 
 
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools before 70.1
+    from wheel.bdist_wheel import bdist_wheel
+
+
+class Wheel(bdist_wheel):
+    """py3-none-<platform>: the package is Python code over a shared library it loads with ctypes, for any Python 3."""
+
+    def get_tag(self):
+        return ("py3", "none") + tuple(super().get_tag()[2:])
+
+
 class BinaryDistribution(Distribution):
     def has_ext_modules(self):  # the wheel carries a shared library: platform-specific
         return True
@@ -36,4 +49,4 @@ def version():
     return "{MAJOR}.{MINOR}.{PATCH}".format(**parts)
 
 
-setup(version=version(), cmdclass={"build_py": BuildWithLibrary}, distclass=BinaryDistribution)
+setup(version=version(), cmdclass={"build_py": BuildWithLibrary, "bdist_wheel": Wheel}, distclass=BinaryDistribution)

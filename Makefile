@@ -219,7 +219,7 @@ WHEELHOUSE := $(BUILD)/wheelhouse
 wheel: $(VENV_OK) lib
 	@rm -rf $(BUILD)/wheel-raw $(WHEELHOUSE)
 	@echo "wheel: pip wheel . (the C library is built by the Makefile)"
-	$(VENV)/bin/pip wheel -q --no-deps -w $(BUILD)/wheel-raw .
+	FLASHDEC_BUILD_DIR=$(CURDIR)/$(BUILD) $(VENV)/bin/pip wheel -q --no-deps -w $(BUILD)/wheel-raw .
 	@echo "wheel: auditwheel repair"
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair --exclude libcudart.so.13 \
 	  -w $(WHEELHOUSE) $(BUILD)/wheel-raw/*.whl

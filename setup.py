@@ -3,6 +3,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import tempfile
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -12,16 +14,26 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
 class BuildWithLibrary(build_py):
+    """Builds the C library with the Makefile outside the source tree (a temporary folder; FLASHDEC_BUILD_DIR names
+    one to reuse, as `make wheel` does with the checkout's build/) and ships it. `pip install -v .` shows the build."""
+
     def run(self):
         jobs = str(max(1, os.cpu_count() or 1))
-        subprocess.check_call(["make", "-C", ROOT, "-j", jobs, "lib"])
+        build = os.environ.get("FLASHDEC_BUILD_DIR")
+        temp = None if build else tempfile.mkdtemp(prefix="flashdec-build-")
+        build = os.path.abspath(build or temp)
+        print(f"flashdec: building the C library in {build} (make lib: libflashdec.so, and the CUDA module "
+              f"where nvcc is found)", file=sys.stderr, flush=True)
+        subprocess.check_call(["make", "-C", ROOT, "-j", jobs, "BUILD=" + build, "lib"])
         super().run()
         dest = os.path.join(self.build_lib, "flashdec", "_lib")
         os.makedirs(dest, exist_ok=True)
         # the library, and the CUDA backend's module where this machine built one (the library loads it if it can)
         for name in ("libflashdec.so", "libflashdec_cuda.so"):
-            if os.path.exists(os.path.join(ROOT, "build", name)):
-                shutil.copy2(os.path.join(ROOT, "build", name), os.path.join(dest, name))
+            if os.path.exists(os.path.join(build, name)):
+                shutil.copy2(os.path.join(build, name), os.path.join(dest, name))
+        if temp:
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 try:

@@ -128,11 +128,12 @@ $(BUILD)/tests/test_sp: tests/test_sp.c include/flashdec_nccl.h $(SP_LIB)
 $(BUILD)/libflashdec.so.0: $(BUILD)/libflashdec.so
 	ln -sf libflashdec.so $@
 
-# (with its own copy of the dtype table's conversions, which libflashdec does not export)
+# (with its own copy of the dtype table's conversions, which libflashdec does not export). It loads NCCL and the CUDA
+# runtime when first used (src/nccl/sp.c), so that it too loads on any machine.
 $(BUILD)/libflashdec_nccl.so: src/nccl/sp.c include/flashdec_nccl.h $(HDRS) $(BUILD)/libflashdec.so $(BUILD)/libflashdec.so.0 \
                               $(BUILD)/src/dtype.o
 	$(CC) $(BASE) $(CFLAGS) $(LDFLAGS) -shared -o $@ src/nccl/sp.c $(BUILD)/src/dtype.o -L$(BUILD) -l:libflashdec.so \
-	  -L$(CUDA_HOME)/lib64 -lnccl -lcudart -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 \
+	  -ldl -pthread -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	  -Wl,-soname,libflashdec_nccl.so
 
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out tests/test_sp.c,$(wildcard tests/*.c)))

@@ -7,11 +7,63 @@
 #include "flashdec_nccl.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../internal.h"
+
+/* NCCL and the CUDA runtime are loaded when first needed, not linked: the companion loads on any machine, and where
+ * either is missing its calls are FDEC_EUNSUPPORTED with a message that names it. The functions it uses: */
+#define SP_CUDA_FNS(X)                                                                                          \
+    X(cudaFree) X(cudaGetErrorString) X(cudaGetLastError) X(cudaMalloc) X(cudaMemcpy) X(cudaMemcpyAsync)
+#define SP_NCCL_FNS(X) X(ncclAllGather) X(ncclCommDestroy) X(ncclCommInitRank) X(ncclGetErrorString) X(ncclGetUniqueId)
+static struct {
+#define SP_PTR(f) __typeof__(&f) f;
+    SP_CUDA_FNS(SP_PTR) SP_NCCL_FNS(SP_PTR)
+#undef SP_PTR
+} dep;
+static char dep_error[400];
+static pthread_once_t dep_once = PTHREAD_ONCE_INIT;
+
+static void load_deps(void) {
+    void *cuda = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
+    void *nccl = cuda ? dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!cuda || !nccl) {
+        snprintf(dep_error, sizeof dep_error, "%s", dlerror());
+        return;
+    }
+#define SP_LOAD_CUDA(f) if (!(*(void **)&dep.f = dlsym(cuda, #f)) && !dep_error[0]) \
+        snprintf(dep_error, sizeof dep_error, "libcudart.so.13 has no %s", #f);
+#define SP_LOAD_NCCL(f) if (!(*(void **)&dep.f = dlsym(nccl, #f)) && !dep_error[0]) \
+        snprintf(dep_error, sizeof dep_error, "libnccl.so.2 has no %s", #f);
+    SP_CUDA_FNS(SP_LOAD_CUDA)
+    SP_NCCL_FNS(SP_LOAD_NCCL)
+#undef SP_LOAD_CUDA
+#undef SP_LOAD_NCCL
+}
+
+/* FDEC_OK where NCCL and the CUDA runtime are loaded; else FDEC_EUNSUPPORTED, said */
+static fdec_status deps(void) {
+    pthread_once(&dep_once, load_deps);
+    if (!dep_error[0]) return FDEC_OK;
+    return fdec_set_error(FDEC_EUNSUPPORTED, "libflashdec_nccl needs NCCL (libnccl.so.2) and the CUDA runtime "
+                                             "(libcudart.so.13): %s", dep_error);
+}
+#define cudaFree dep.cudaFree
+#define cudaGetErrorString dep.cudaGetErrorString
+#define cudaGetLastError dep.cudaGetLastError
+#define cudaMalloc dep.cudaMalloc
+#define cudaMemcpy dep.cudaMemcpy
+#define cudaMemcpyAsync dep.cudaMemcpyAsync
+#define ncclAllGather dep.ncclAllGather
+#define ncclCommDestroy dep.ncclCommDestroy
+#define ncclCommInitRank dep.ncclCommInitRank
+#define ncclGetErrorString dep.ncclGetErrorString
+#define ncclGetUniqueId dep.ncclGetUniqueId
 
 struct fdec_sp {
     fdec_context *ctx;
@@ -35,6 +87,8 @@ static fdec_status cuda_err(cudaError_t e, const char *what) {
 
 fdec_status fdec_sp_unique_id(unsigned char id[FDEC_SP_ID_BYTES]) {
     if (!id) return fdec_set_error(FDEC_EINVAL, "id must not be NULL");
+    fdec_status st = deps();
+    if (st) return st;
     ncclUniqueId u;
     ncclResult_t r = ncclGetUniqueId(&u);
     if (r != ncclSuccess) return nccl_err(r, "ncclGetUniqueId");
@@ -49,6 +103,8 @@ fdec_status fdec_sp_create(fdec_context *ctx, void *stream, int nranks, int rank
     if (!ctx || !id) return fdec_set_error(FDEC_EINVAL, "%s must not be NULL", ctx ? "id" : "ctx");
     if (nranks < 1 || rank < 0 || rank >= nranks)
         return fdec_set_error(FDEC_EINVAL, "rank (%d) must be in 0..nranks-1 and nranks (%d) at least 1", rank, nranks);
+    fdec_status dst = deps();
+    if (dst) return dst;
     fdec_sp *sp = calloc(1, sizeof *sp);
     if (!sp) return fdec_set_error(FDEC_ENOMEM, "out of memory creating the sequence-parallel handle");
     sp->outs = calloc((size_t)nranks, sizeof *sp->outs);

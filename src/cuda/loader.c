@@ -39,9 +39,14 @@ static const fdec_cuda_host host = {FDEC_CUDA_MODULE_ABI, set_error_message};
 fdec_status fdec_cuda_create(const fdec_options *o, const fdec_test_options *t, void **impl,
                              const fdec_backend_ops **ops) {
     pthread_once(&load_once, load);
+#ifdef FDEC_HAVE_CUDA
+#define BUILD_NOTE ""
+#else
+#define BUILD_NOTE "; this build of flashdec was made without nvcc (CUDA=1 with nvcc on the PATH builds the module)"
+#endif
     if (!module)
         return fdec_set_error(FDEC_EUNSUPPORTED, "the CUDA backend is not available: its module " MODULE_NAME
-                                                 " could not be loaded (%s)",
+                                                 " could not be loaded (%s)" BUILD_NOTE,
                               load_error);
     fdec_cuda_module_create_fn create = (fdec_cuda_module_create_fn)dlsym(module, "fdec_cuda_module_create");
     if (!create)

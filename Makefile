@@ -73,7 +73,7 @@ FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib wheel test test-arm64 test-arm64-full test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench install clean
+.PHONY: all lib wheel wheel-arm64 test test-arm64 test-arm64-full test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(CUDA_MOD) $(BUILD)/flashdec $(SP_LIB)
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/strassen.h src/cpu/simd.h $(HDRS)
@@ -225,6 +225,18 @@ wheel: $(VENV_OK) lib
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair --exclude libcudart.so.13 \
 	  -w $(WHEELHOUSE) $(BUILD)/wheel-raw/*.whl
 	@echo "wheel: $$(ls $(WHEELHOUSE))"
+
+# The AArch64 wheel, from the cross-compiled library (no CUDA module): build/wheelhouse-arm64/.
+ARM64_MAKE := CC=$(ARM64_CC) ARCH=aarch64 CUDA=0
+wheel-arm64: $(VENV_OK)
+	@rm -rf $(BUILD)/wheel-raw-arm64 $(WHEELHOUSE)-arm64
+	@echo "wheel-arm64: cross-compiling libflashdec for AArch64, then pip wheel . and auditwheel repair"
+	$(MAKE) --no-print-directory -s BUILD=$(BUILD)/arm64 $(ARM64_MAKE) lib
+	FLASHDEC_BUILD_DIR=$(CURDIR)/$(BUILD)/arm64 FLASHDEC_MAKE_ARGS="$(ARM64_MAKE)" FLASHDEC_WHEEL_PLAT=linux_aarch64 \
+	  $(VENV)/bin/pip wheel -q --no-deps -w $(BUILD)/wheel-raw-arm64 .
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair --ldpaths /usr/aarch64-linux-gnu/lib \
+	  -w $(WHEELHOUSE)-arm64 $(BUILD)/wheel-raw-arm64/*.whl
+	@echo "wheel-arm64: $$(ls $(WHEELHOUSE)-arm64)"
 
 test-python: wheel
 	$(VENV)/bin/pip install -q --no-deps --force-reinstall $(WHEELHOUSE)/*.whl

@@ -24,7 +24,8 @@ class BuildWithLibrary(build_py):
         build = os.path.abspath(build or temp)
         print(f"flashdec: building the C library in {build} (make lib: libflashdec.so, and the CUDA module "
               f"where nvcc is found)", file=sys.stderr, flush=True)
-        subprocess.check_call(["make", "-C", ROOT, "-j", jobs, "BUILD=" + build, "lib"])
+        extra = os.environ.get("FLASHDEC_MAKE_ARGS", "").split()  # e.g. a cross build: CC=... ARCH=aarch64 CUDA=0
+        subprocess.check_call(["make", "-C", ROOT, "-j", jobs, "BUILD=" + build] + extra + ["lib"])
         super().run()
         dest = os.path.join(self.build_lib, "flashdec", "_lib")
         os.makedirs(dest, exist_ok=True)
@@ -46,7 +47,8 @@ class Wheel(bdist_wheel):
     """py3-none-<platform>: the package is Python code over a shared library it loads with ctypes, for any Python 3."""
 
     def get_tag(self):
-        return ("py3", "none") + tuple(super().get_tag()[2:])
+        # FLASHDEC_WHEEL_PLAT: the platform of a cross-built library (make wheel-arm64)
+        return ("py3", "none", os.environ.get("FLASHDEC_WHEEL_PLAT") or super().get_tag()[2])
 
 
 class BinaryDistribution(Distribution):

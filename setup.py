@@ -1,4 +1,5 @@
 """Builds the C library with the project's Makefile and ships it inside the package (flashdec/_lib/)."""
+import atexit
 import os
 import re
 import shutil
@@ -28,7 +29,8 @@ class BuildWithLibrary(build_py):
         subprocess.check_call(["make", "-C", ROOT, "-j", jobs, "BUILD=" + build] + extra + ["lib"])
         super().run()
         dest = os.path.join(self.build_lib, "flashdec", "_lib")
-        os.makedirs(dest, exist_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)  # nothing of an earlier build (another platform's module)
+        os.makedirs(dest)
         # the library, and the CUDA backend's module where this machine built one (the library loads it if it can)
         for name in ("libflashdec.so", "libflashdec_cuda.so"):
             if os.path.exists(os.path.join(build, name)):
@@ -63,4 +65,9 @@ def version():
     return "{MAJOR}.{MINOR}.{PATCH}".format(**parts)
 
 
-setup(version=version(), cmdclass={"build_py": BuildWithLibrary, "bdist_wheel": Wheel}, distclass=BinaryDistribution)
+# setuptools' own build folders (build/lib, build/bdist.*) outside the source tree too, removed at exit
+BUILD_BASE = tempfile.mkdtemp(prefix="flashdec-setup-")
+atexit.register(shutil.rmtree, BUILD_BASE, True)
+
+setup(version=version(), cmdclass={"build_py": BuildWithLibrary, "bdist_wheel": Wheel}, distclass=BinaryDistribution,
+      options={"build": {"build_base": BUILD_BASE}})

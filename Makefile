@@ -300,10 +300,12 @@ fuzz:
 	    -o build/fuzz/fuzz_decode
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer -Iinclude fuzz/fuzz_merge.c build/fuzz/libflashdec.a -lm -pthread \
 	    -o build/fuzz/fuzz_merge
-	mkdir -p build/fuzz/corpus build/fuzz/corpus_merge
+	mkdir -p build/fuzz/corpus build/fuzz/corpus_merge build/fuzz/seeds
+	# the seeds, but the GPU drift inputs (hundreds of thousands of positions: seconds each under ASan)
+	cp $(foreach f,$(wildcard fuzz/corpus/*),$(if $(findstring drift,$(f)),,$(f))) build/fuzz/seeds/
 	./build/fuzz/fuzz_decode -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=256 \
 	    -artifact_prefix=build/fuzz/ \
-	    build/fuzz/corpus fuzz/corpus
+	    build/fuzz/corpus build/fuzz/seeds
 	./build/fuzz/fuzz_merge -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=4096 \
 	    -artifact_prefix=build/fuzz/merge- \
 	    build/fuzz/corpus_merge fuzz/corpus_merge

@@ -5,6 +5,8 @@
 
 # The version, read from the header (its one definition).
 VERSION := $(shell sed -n 's/^\#define FDEC_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' include/flashdec.h | paste -sd.)
+# The shared library's SONAME, from the header's FDEC_ABI_VERSION.
+SONAME := libflashdec.so.$(shell sed -n 's/^\#define FDEC_ABI_VERSION \([0-9]*\)/\1/p' include/flashdec.h)
 
 CC      ?= cc
 PREFIX  ?= /usr/local
@@ -97,7 +99,7 @@ $(BUILD)/libflashdec.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/libflashdec.so: $(LIB_OBJ)
-	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,libflashdec.so.0
+	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LDLIBS) -Wl,-soname,$(SONAME)
 
 # The libraries alone (what the Python package ships): libflashdec.so and, where CUDA is built, its module.
 lib: $(BUILD)/libflashdec.so $(CUDA_MOD)
@@ -105,9 +107,9 @@ lib: $(BUILD)/libflashdec.so $(CUDA_MOD)
 # The CUDA backend as a module (src/cuda/loader.c finds it beside libflashdec): the kernels and launch code, the
 # split rule and the dtype table it shares with the library, and its entry point; it exports that entry point alone
 # (so that its calls bind inside it, whatever else the process has loaded).
-$(BUILD)/cuda_module.map:
+$(BUILD)/cuda_module.map: Makefile
 	@mkdir -p $(BUILD)
-	printf '{ global: fdec_cuda_module_create; local: *; };\n' > $@
+	printf '{ global: fdec_cuda_module_create; fdec_cuda_module_abi; local: *; };\n' > $@
 $(CUDA_MOD): $(CU_OBJ) $(BUILD)/src/cuda/module.o $(BUILD)/src/plan.o $(BUILD)/src/dtype.o $(BUILD)/cuda_module.map
 	$(CC) $(LDFLAGS) -shared -o $@ $(filter %.o,$^) -Wl,--version-script,$(BUILD)/cuda_module.map \
 	  -Wl,-rpath,'$$ORIGIN/../../nvidia/cu13/lib' $(CUDA_LIBS) -lm
@@ -125,12 +127,12 @@ $(BUILD)/tests/test_sp: tests/test_sp.c include/flashdec_nccl.h $(SP_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE) $(CFLAGS) -o $@ $< -L$(BUILD) -lflashdec_nccl -l:libflashdec.so -Wl,-rpath,'$$ORIGIN/..' $(TOOL_LIBS)
 
-$(BUILD)/libflashdec.so.0: $(BUILD)/libflashdec.so
+$(BUILD)/$(SONAME): $(BUILD)/libflashdec.so
 	ln -sf libflashdec.so $@
 
 # (with its own copy of the dtype table's conversions, which libflashdec does not export). It loads NCCL and the CUDA
 # runtime when first used (src/nccl/sp.c), so that it too loads on any machine.
-$(BUILD)/libflashdec_nccl.so: src/nccl/sp.c include/flashdec_nccl.h $(HDRS) $(BUILD)/libflashdec.so $(BUILD)/libflashdec.so.0 \
+$(BUILD)/libflashdec_nccl.so: src/nccl/sp.c include/flashdec_nccl.h $(HDRS) $(BUILD)/libflashdec.so $(BUILD)/$(SONAME) \
                               $(BUILD)/src/dtype.o
 	$(CC) $(BASE) $(CFLAGS) $(LDFLAGS) -shared -o $@ src/nccl/sp.c $(BUILD)/src/dtype.o -L$(BUILD) -l:libflashdec.so \
 	  -ldl -pthread -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64 \
@@ -369,9 +371,9 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/flashdec $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/flashdec.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/libflashdec.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libflashdec.so $(DESTDIR)$(PREFIX)/lib/libflashdec.so.0
+	install -m 755 $(BUILD)/libflashdec.so $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	if [ -n "$(CUDA_MOD)" ]; then install -m 755 $(CUDA_MOD) $(DESTDIR)$(PREFIX)/lib/; fi
-	ln -sf libflashdec.so.0 $(DESTDIR)$(PREFIX)/lib/libflashdec.so
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libflashdec.so
 	install -m 755 $(BUILD)/flashdec $(DESTDIR)$(PREFIX)/bin/
 	if [ -n "$(SP_LIB)" ]; then install -m 644 include/flashdec_nccl.h $(DESTDIR)$(PREFIX)/include/ && \
 	  install -m 755 $(SP_LIB) $(DESTDIR)$(PREFIX)/lib/ && \
@@ -379,7 +381,7 @@ install: all
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashdec_nccl.pc; fi
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBS@|$(LDLIBS)|g' -e 's|@VERSION@|$(VERSION)|g' packaging/flashdec.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/flashdec.pc
-	sed -e 's|@LIBS@|$(LDLIBS)|g' -e 's|@VERSION@|$(VERSION)|g' packaging/flashdecConfig.cmake.in \
+	sed -e 's|@LIBS@|$(LDLIBS)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@SONAME@|$(SONAME)|g' packaging/flashdecConfig.cmake.in \
 	  > $(DESTDIR)$(PREFIX)/lib/cmake/flashdec/flashdecConfig.cmake
 	sed -e 's|@VERSION@|$(VERSION)|g' packaging/flashdecConfigVersion.cmake.in \
 	  > $(DESTDIR)$(PREFIX)/lib/cmake/flashdec/flashdecConfigVersion.cmake

@@ -23,6 +23,21 @@
  * returns FDEC_OK. out is rounded to nearest even into out_dtype; a value past that type's range (65504 for f16)
  * becomes an inf of its sign.
  *
+ * Logit variants. The layer's softcap, alibi_slopes and sinks change the logits (Gemma 2, BLOOM-style ALiBi,
+ * gpt-oss). With all three, for query position P = seq_len - 1 (the new token's):
+ *
+ *     s_t    = softcap * tanh(scale * dot(q[h], K[t][g]) / softcap) - alibi_slopes[h] * (P - t)
+ *     out[h] = sum_t exp(s_t) V[t][g] / (exp(sinks[h]) + sum_t exp(s_t))
+ *     lse[h] = log(exp(sinks[h]) + sum_t exp(s_t))
+ *
+ * The sink is a logit without a value: it takes weight from the positions and is counted in lse. On the CUDA
+ * backend sinks and alibi_slopes are device pointers, read by the kernels and not checked on the host.
+ * Sharding a sequence (fdec_merge, libflashdec_nccl): the sink belongs to one shard only, one whose range is not
+ * empty (e.g. the shard holding position P); pass sinks = NULL for the others, and the merged result is exact.
+ * ALiBi counts distances from the call's last position, so a shard of positions [a, b) of a longer sequence,
+ * computed by a call of its own, must have -alibi_slopes[h] * (seq_len - b) added to its lse[h] before the merge
+ * (its out is right as it is). libflashdec_nccl does both.
+ *
  * Aliasing. out and lse may overlap q: every read of q comes before the first write of out or lse. They must not
  * overlap k, v or each other.
  *
@@ -53,8 +68,12 @@ extern "C" {
 
 /* The version, defined here only: the build, the package files and the Python package read it from these lines. */
 #define FDEC_VERSION_MAJOR 0
-#define FDEC_VERSION_MINOR 1
+#define FDEC_VERSION_MINOR 2
 #define FDEC_VERSION_PATCH 0
+
+/* The shared library's ABI: its SONAME is libflashdec.so.<FDEC_ABI_VERSION>. Raised whenever a change breaks programs
+ * built against an earlier header (a field appended to fdec_layer does). */
+#define FDEC_ABI_VERSION 1
 
 /* Largest head_dim supported. */
 #define FDEC_MAX_HEAD_DIM 512
@@ -87,6 +106,15 @@ typedef struct {
     fdec_dtype q_dtype, kv_dtype, out_dtype;
     size_t kv_pos_stride;  /* elements between positions (rows); 0: num_kv_heads * head_dim (dense) */
     size_t kv_head_stride; /* elements between KV heads; 0: head_dim (dense) */
+    /* Logit variants (0 / NULL: off), applied in this order to the scaled logit s_t of query head h (Gemma 2's
+     * soft-cap, BLOOM's ALiBi, gpt-oss's sinks; see "Logit variants" at the top of this file): */
+    float softcap;             /* > 0: s_t = softcap * tanh(s_t / softcap); must be 0 or positive and finite */
+    const float *sinks;        /* [num_q_heads]: one more logit per head, in the softmax's denominator only;
+                                  -inf is no sink; on the CPU each must be finite or -inf */
+    const float *alibi_slopes; /* [num_q_heads]: s_t += -alibi_slopes[h] * (query position - t); finite */
+    /* Scales of fp8 caches (a later release): must be 0 / NULL with the 16- and 32-bit K/V types. */
+    float k_scale, v_scale;
+    const float *k_scales, *v_scales;
 } fdec_layer;
 
 /* The work callback flashdec hands to a caller-supplied parallel-for: call fn(task, i, n) once for every

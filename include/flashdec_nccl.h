@@ -52,7 +52,9 @@ FDEC_API void fdec_sp_destroy(fdec_sp *sp);
  * (ring_capacity must be 0: a shard is a contiguous run of positions). The layer attends
  * [seq_len - window, seq_len) as in fdec_decode. q, out and lse (may be NULL) are device pointers of this
  * rank, the same shapes as in fdec_decode; every rank gets the whole result. Asynchronous on the stream.
- * For 16-bit out the partials are rounded to the out dtype before the merge (one extra rounding). */
+ * For 16-bit out the partials are rounded to the out dtype before the merge (one extra rounding).
+ * The logit variants work as in fdec_decode (sinks and alibi_slopes device pointers): the rank whose shard holds
+ * position seq_len - 1 counts the sinks, and every rank counts ALiBi's distances from that position. */
 FDEC_API fdec_status fdec_sp_decode(fdec_sp *sp, const fdec_layer *layer, uint32_t seq_len, uint32_t shard_lo,
                                     uint32_t shard_len, const void *q, const void *k, const void *v, void *out,
                                     float *lse);

@@ -119,6 +119,12 @@ fdec_status fdec_problem_init(const fdec_layer *L, uint32_t seq_len, fdec_proble
         return fdec_set_error(FDEC_EINVAL, "ring_capacity (%u) must be at least window (%u)", L->ring_capacity,
                               L->window);
     if (seq_len == 0) return fdec_set_error(FDEC_EINVAL, "seq_len (0) must be at least 1");
+    if (!(L->softcap >= 0.0f) || !isfinite(L->softcap))
+        return fdec_set_error(FDEC_EINVAL, "softcap (%g) must be 0 (off) or a positive finite number",
+                              (double)L->softcap);
+    if (L->k_scale != 0.0f || L->v_scale != 0.0f || L->k_scales || L->v_scales)
+        return fdec_set_error(FDEC_EINVAL, "k_scale, v_scale, k_scales and v_scales apply to fp8 caches only; "
+                                           "kv_dtype is %s", fdec_dtype_name(L->kv_dtype));
 
     memset(p, 0, sizeof *p);
     p->D = L->head_dim;
@@ -126,7 +132,12 @@ fdec_status fdec_problem_init(const fdec_layer *L, uint32_t seq_len, fdec_proble
     p->G = L->num_kv_heads;
     p->R = p->H / p->G;
     p->logits.scale = L->scale != 0.0f ? L->scale : (float)(1.0 / sqrt((double)L->head_dim));
+    p->logits.variant = (L->softcap > 0.0f ? FDEC_LOGITS_SOFTCAP : 0) | (L->alibi_slopes ? FDEC_LOGITS_ALIBI : 0);
+    p->logits.softcap = L->softcap;
+    p->logits.alibi = L->alibi_slopes;
+    p->logits.sinks = L->sinks;
     p->seq_len = seq_len;
+    p->qpos = seq_len - 1;
     p->lo = (L->window && seq_len > L->window) ? seq_len - L->window : 0;
     p->kv.ring = L->ring_capacity;
     p->qt = L->q_dtype;
@@ -200,13 +211,51 @@ static fdec_status leave(fdec_context *c, fdec_status st) {
     return st;
 }
 
+/* The layer's per-head arrays (sinks, ALiBi slopes): aligned; on a backend of host pointers, their values too. */
+static fdec_status check_head_array(const fdec_context *c, const char *name, const float *a, uint32_t H, int sink) {
+    if (!a) return FDEC_OK;
+    if ((uintptr_t)a % sizeof(float))
+        return fdec_set_error(FDEC_EINVAL, "%s (%p) must be aligned to 4 bytes", name, (const void *)a);
+    if (c->ops->check_ptr) return c->ops->check_ptr(c->impl, name, a);
+    for (uint32_t h = 0; h < H; h++)
+        if (!isfinite(a[h]) && !(sink && a[h] == -INFINITY))
+            return fdec_set_error(FDEC_EINVAL, "%s[%u] (%g) must be finite%s", name, h, (double)a[h],
+                                  sink ? " or -inf (no sink)" : "");
+    return FDEC_OK;
+}
+
+/* The problem of a call on c: the layer's checks, then its arrays' where c reads them on the host. */
+static fdec_status problem_on(const fdec_context *c, const fdec_layer *layer, uint32_t seq_len, fdec_problem *p) {
+    fdec_status st = fdec_problem_init(layer, seq_len, p);
+    if (!st && !(st = check_head_array(c, "sinks", p->logits.sinks, p->H, 1)))
+        st = check_head_array(c, "alibi_slopes", p->logits.alibi, p->H, 0);
+    return st;
+}
+
 fdec_status fdec_context_reserve(fdec_context *c, const fdec_layer *layer, uint32_t max_seq_len) {
     fdec_status st = enter(c);
     if (st) return st;
     fdec_problem p;
-    st = fdec_problem_init(layer, max_seq_len, &p);
+    st = problem_on(c, layer, max_seq_len, &p);
     if (st == FDEC_OK) st = c->ops->reserve(c->impl, &p);
     return leave(c, st);
+}
+
+static fdec_status decode_problem(fdec_context *c, const fdec_problem *p, const void *q, const void *k, const void *v,
+                                  void *out, float *lse) {
+    fdec_status st;
+    if ((st = check_ptr("q", q, fdec_dtype_size(p->qt))) || (st = check_ptr("k", k, fdec_dtype_size(p->kvt))) ||
+        (st = check_ptr("v", v, fdec_dtype_size(p->kvt))) || (st = check_ptr("out", out, fdec_dtype_size(p->ot))))
+        return st;
+    if (lse && (uintptr_t)lse % sizeof(float))
+        return fdec_set_error(FDEC_EINVAL, "lse (%p) must be aligned to 4 bytes", (void *)lse);
+    if (c->ops->check_ptr) {
+        const char *names[] = {"q", "k", "v", "out", "lse"};
+        const void *ptrs[] = {q, k, v, out, lse};
+        for (int i = 0; i < 5; i++)
+            if ((st = c->ops->check_ptr(c->impl, names[i], ptrs[i]))) return st;
+    }
+    return c->ops->decode(c->impl, p, q, k, v, out, lse);
 }
 
 fdec_status fdec_decode(fdec_context *c, const fdec_layer *layer, uint32_t seq_len, const void *q, const void *k,
@@ -214,14 +263,20 @@ fdec_status fdec_decode(fdec_context *c, const fdec_layer *layer, uint32_t seq_l
     fdec_status st = enter(c);
     if (st) return st;
     fdec_problem p;
-    if ((st = fdec_problem_init(layer, seq_len, &p))) return leave(c, st);
-    if ((st = check_ptr("q", q, fdec_dtype_size(p.qt))) || (st = check_ptr("k", k, fdec_dtype_size(p.kvt))) ||
-        (st = check_ptr("v", v, fdec_dtype_size(p.kvt))) || (st = check_ptr("out", out, fdec_dtype_size(p.ot))))
-        return leave(c, st);
-    if (lse && (uintptr_t)lse % sizeof(float))
-        return leave(c, fdec_set_error(FDEC_EINVAL, "lse (%p) must be aligned to 4 bytes", (void *)lse));
-    if (c->ops->check_ptrs && (st = c->ops->check_ptrs(c->impl, q, k, v, out, lse))) return leave(c, st);
-    return leave(c, c->ops->decode(c->impl, &p, q, k, v, out, lse));
+    if ((st = problem_on(c, layer, seq_len, &p))) return leave(c, st);
+    return leave(c, decode_problem(c, &p, q, k, v, out, lse));
+}
+
+fdec_status fdec_decode_at(fdec_context *c, const fdec_layer *layer, uint32_t seq_len, uint32_t qpos, const void *q,
+                           const void *k, const void *v, void *out, float *lse) {
+    fdec_status st = enter(c);
+    if (st) return st;
+    fdec_problem p;
+    if ((st = problem_on(c, layer, seq_len, &p))) return leave(c, st);
+    if (qpos < p.qpos)
+        return leave(c, fdec_set_error(FDEC_EINVAL, "qpos (%u) must be at least seq_len - 1 (%u)", qpos, p.qpos));
+    p.qpos = qpos;
+    return leave(c, decode_problem(c, &p, q, k, v, out, lse));
 }
 
 fdec_status fdec_plan(fdec_context *c, const fdec_layer *layer, uint32_t seq_len, fdec_plan_info *info) {
@@ -229,7 +284,7 @@ fdec_status fdec_plan(fdec_context *c, const fdec_layer *layer, uint32_t seq_len
     if (st) return st;
     fdec_problem p;
     if (!info) return leave(c, fdec_set_error(FDEC_EINVAL, "info must not be NULL"));
-    if ((st = fdec_problem_init(layer, seq_len, &p))) return leave(c, st);
+    if ((st = problem_on(c, layer, seq_len, &p))) return leave(c, st);
     memset(info, 0, sizeof *info);
     c->ops->plan(c->impl, &p, info);
     return leave(c, FDEC_OK);

@@ -17,6 +17,7 @@ typedef struct {
     fdec_logits logits;     /* the scale (resolved: 0 became 1/sqrt(head_dim)) and the variant */
     uint32_t seq_len;
     uint32_t lo;            /* first attended position */
+    uint32_t qpos;          /* the query's position, from which ALiBi counts (seq_len - 1 but in a shard's call) */
     fdec_dtype qt, kvt, ot;
     fdec_kv_layout kv;      /* where the K/V rows are (kv.h) */
 } fdec_problem;
@@ -33,9 +34,9 @@ typedef struct fdec_backend_ops {
     fdec_status (*decode)(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
                           void *out, float *lse);
     void (*plan)(void *impl, const fdec_problem *p, fdec_plan_info *info);
-    /* Optional: checks that the pointers are usable by this backend (device pointers on CUDA). */
-    fdec_status (*check_ptrs)(void *impl, const void *q, const void *k, const void *v, const void *out,
-                              const float *lse);
+    /* Checks that a pointer is usable by this backend (a device pointer on CUDA; NULL passes). NULL where the
+     * backend takes host pointers: then api.c checks the values of the layer's arrays before the call. */
+    fdec_status (*check_ptr)(void *impl, const char *name, const void *ptr);
     /* fdec_merge, arguments checked; NULL: not available on this backend yet */
     fdec_status (*merge)(void *impl, uint32_t n, uint32_t H, uint32_t D, fdec_dtype t, const void *const *outs,
                          const float *const *lses, void *out, float *lse);
@@ -51,6 +52,11 @@ FDEC_API fdec_status fdec_set_error(fdec_status st, const char *fmt, ...)
 
 /* api.c: turns a layer + seq_len into a problem, or an error with a message. */
 FDEC_API fdec_status fdec_problem_init(const fdec_layer *layer, uint32_t seq_len, fdec_problem *p);
+
+/* api.c: fdec_decode with the query at position qpos >= seq_len - 1 of the cache's positions (ALiBi's distances):
+ * libflashdec_nccl's call over one shard, whose query lies past the shard's end. Not API. */
+FDEC_API fdec_status fdec_decode_at(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_len, uint32_t qpos,
+                                    const void *q, const void *k, const void *v, void *out, float *lse);
 
 /* plan.c: split rule. `lanes` is the parallelism available (CPU threads, or GPU "slots"); `min_chunk` the
  * shortest chunk worth a separate partial state. */
@@ -93,7 +99,7 @@ fdec_status fdec_context_create_test(fdec_backend backend, const fdec_options *o
 /* The CUDA backend is a module loaded at run time (cuda/loader.c): the loading library hands it this table, and the
  * module's fdec_cuda_module_create (cuda/module.c) creates the backend. FDEC_CUDA_MODULE_ABI changes with the table,
  * fdec_backend_ops, fdec_problem or fdec_test_options, so that a module of another version is refused. */
-#define FDEC_CUDA_MODULE_ABI 1
+#define FDEC_CUDA_MODULE_ABI 2
 typedef struct {
     int abi;
     void (*set_error)(fdec_status st, const char *msg); /* the loading library's fdec_set_error */

@@ -1,41 +1,67 @@
-/* logits.h — the logits hook: the one place that turns a query head's dot product with a K row into the logit
- * its softmax sees. First the scale, then the layer's variant. 0.1 has the plain variant only; soft-capping and
- * ALiBi are cases of fdec_logit_variant, and an attention sink is one more state in the merge (state.h), so that a
- * new rule is a line here and a line in the reference, not an edit in each kernel.
+/* logits.h — the logits hook: the one place that turns a query head's dot product with a K row into the logit its
+ * softmax sees (flashdec.h, "Logit variants"): the scale, then the layer's variants in their order, soft-cap then
+ * ALiBi. A sink is no logit of a position but one more state in the merge (state.h's fdec_state_sink), which every
+ * backend's final merge takes from here (fdec_logits.sinks).
  *
- * The kernels fold the scale into q (q * scale, then dot products), so they call fdec_logit_variant on the scaled
- * dot product (the GPU's fdec_logit2 on it in base 2); the reference calls fdec_logit_ref. All three must say the
- * same thing. */
+ * The kernels fold the scale into q (q * scale, then dot products), so they apply fdec_logit_variant to the scaled
+ * dot product (the GPU's fdec_logit2 to it in base 2, and the CPU's kernels a vector copy of the same formulas in
+ * kern.h's logits_hook); the reference calls fdec_logit_ref. All of them must say the same thing, and the tests hold
+ * each to the reference. A new variant is a bit here, its line in the three functions below and in logits_hook. */
 #ifndef FDEC_LOGITS_H
 #define FDEC_LOGITS_H
 
 #include "hd.h"
 
+#include <math.h>
 #include <stdint.h>
 
-typedef enum { FDEC_LOGITS_PLAIN = 0 } fdec_logits_variant;
+/* Variant bits: FDEC_LOGITS_PLAIN (none) is the fast path every kernel tests first. */
+enum { FDEC_LOGITS_PLAIN = 0, FDEC_LOGITS_SOFTCAP = 1, FDEC_LOGITS_ALIBI = 2 };
 
 typedef struct {
-    float scale;                 /* resolved: 0 in the layer became 1/sqrt(head_dim) */
-    fdec_logits_variant variant;
+    float scale;          /* resolved: 0 in the layer became 1/sqrt(head_dim) */
+    unsigned variant;     /* FDEC_LOGITS_* bits */
+    float softcap;        /* > 0 where FDEC_LOGITS_SOFTCAP */
+    const float *alibi;   /* [H] slopes where FDEC_LOGITS_ALIBI (a device pointer on CUDA) */
+    const float *sinks;   /* [H] or NULL: the sink logits, merged by fdec_state_sink */
 } fdec_logits;
 
-/* The logit of a scaled dot product s of query head h at key position t, for the query at position qpos. */
+/* tanh(x) for the soft-cap: 1 - 2 / (e^2x + 1), in the form the CPU's vector copy uses (its absolute error, a few
+ * 1e-8, is what a logit sees). The argument is clamped where tanh is +-1 in f32; a NaN stays NaN. */
+FDEC_HD float fdec_softcap_tanh(float x) {
+    const float c = x > 9.0f ? 9.0f : x < -9.0f ? -9.0f : x;
+    return 1.0f - 2.0f / (expf(2.0f * (x != x ? x : c)) + 1.0f);
+}
+
+/* The logit of a scaled dot product s of query head h at key position t, for the query at position qpos. An
+ * infinite s (an inf in q or K) stays infinite, so that the kernels make the head NaN. */
 FDEC_HD float fdec_logit_variant(const fdec_logits *L, float s, uint32_t h, uint64_t t, uint64_t qpos) {
-    (void)L, (void)h, (void)t, (void)qpos;
+    if (L->variant & FDEC_LOGITS_SOFTCAP && s - s == 0.0f) s = L->softcap * fdec_softcap_tanh(s / L->softcap);
+    if (L->variant & FDEC_LOGITS_ALIBI) s -= L->alibi[h] * (float)(qpos - t);
     return s;
 }
 
 /* The GPU kernels' form: the same variant for a scaled logit held in base 2 (times log2 e). */
 FDEC_HD float fdec_logit2(const fdec_logits *L, float s2, uint32_t h, uint64_t t, uint64_t qpos) {
-    (void)L, (void)h, (void)t, (void)qpos;
+    if (L->variant == FDEC_LOGITS_PLAIN) return s2;
+    const float log2e = 1.4426950408889634f;
+    if (L->variant & FDEC_LOGITS_SOFTCAP && s2 - s2 == 0.0f) {
+        const float c2 = L->softcap * log2e; /* c tanh(s / c) in base 2: c2 tanh(s2 / c2) */
+        s2 = c2 * fdec_softcap_tanh(s2 / c2);
+    }
+    if (L->variant & FDEC_LOGITS_ALIBI) s2 -= L->alibi[h] * log2e * (float)(qpos - t);
     return s2;
 }
 
-/* The reference's form, in double: scale, then the same variant. */
+/* The reference's form, in double: scale, then the same variants. */
 FDEC_HD double fdec_logit_ref(const fdec_logits *L, double dot, uint32_t h, uint64_t t, uint64_t qpos) {
-    (void)h, (void)t, (void)qpos;
-    return dot * (double)L->scale;
+    double s = dot * (double)L->scale;
+    if (L->variant & FDEC_LOGITS_SOFTCAP && isfinite(s)) s = (double)L->softcap * tanh(s / (double)L->softcap);
+    if (L->variant & FDEC_LOGITS_ALIBI) s -= (double)L->alibi[h] * (double)(qpos - t);
+    return s;
 }
+
+/* The sink logit of head h, -inf where there is none. */
+FDEC_HD float fdec_logit_sink(const fdec_logits *L, uint32_t h) { return L->sinks ? L->sinks[h] : -INFINITY; }
 
 #endif

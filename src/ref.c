@@ -10,7 +10,7 @@ static double elem(const void *base, size_t i, fdec_dtype t) { return (double)fd
 
 void fdec_reference(const fdec_problem *p, const void *q, const void *k, const void *v, double *out,
                     double *lse) {
-    const uint64_t n = (uint64_t)p->seq_len - p->lo, qpos = p->seq_len - 1;
+    const uint64_t n = (uint64_t)p->seq_len - p->lo, qpos = p->qpos;
     double *s = malloc(n * sizeof *s);
     if (!s) abort(); /* test-only code path: the library's own calls never use the reference */
     for (uint32_t h = 0; h < p->H; h++) {
@@ -24,7 +24,9 @@ void fdec_reference(const fdec_problem *p, const void *q, const void *k, const v
             s[i] = fdec_logit_ref(&p->logits, acc, h, p->lo + i, qpos);
             if (s[i] > mx) mx = s[i];
         }
-        double sum = 0;
+        const double sink = fdec_logit_sink(&p->logits, h); /* a logit in the denominator only (-inf: none) */
+        if (sink > mx) mx = sink;
+        double sum = sink == -INFINITY ? 0 : exp(sink - mx);
         for (uint64_t i = 0; i < n; i++) sum += (s[i] = exp(s[i] - mx));
         double *o = out + (size_t)h * p->D;
         for (uint32_t d = 0; d < p->D; d++) o[d] = 0;

@@ -45,6 +45,17 @@ FDEC_HD float fdec_merge_weights(unsigned n, const float *m, unsigned mstride, c
     return M;
 }
 
+/* Folds a sink logit into a merged state (M, L): the sink is the state m = sink, l = 1, o = 0 (a logit without a
+ * value), merged once, at the end. Returns the factor that the merged o (its states' weights) takes; a sink of -inf
+ * is no sink (factor 1). A NaN M stays NaN. */
+FDEC_HD float fdec_state_sink(float *M, float *L, float sink) {
+    if (sink == -INFINITY) return 1.0f;
+    const float m = fdec_max_nan(*M, sink), f = fdec_state_weight(*M, m);
+    *L = *L * f + fdec_state_weight(sink, m);
+    *M = m;
+    return f;
+}
+
 /* One state's share of a merged o: acc[d] += w * o[d] for d < D (the first state: acc[d] = w * o[d]). */
 FDEC_HD void fdec_state_add(float *acc, const float *o, float w, unsigned D, int first) {
     if (first)

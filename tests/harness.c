@@ -52,16 +52,18 @@ void outbuf_free(outbuf *b) {
 
 char *describe(const fd_problem *pr, char *buf, size_t n) {
     const fdec_layer *L = &pr->layer;
-    static const char *dt[] = {"f32", "f16", "bf16"};
-    snprintf(buf, n, "D=%u H=%u G=%u L=%u win=%u ring=%u q/kv/out=%s/%s/%s %s scale=%g", L->head_dim,
-             L->num_q_heads, L->num_kv_heads, pr->seq_len, L->window, L->ring_capacity, dt[L->q_dtype],
-             dt[L->kv_dtype], dt[L->out_dtype], fd_layout_name(pr->layout), (double)L->scale);
+    char var[64];
+    snprintf(buf, n, "D=%u H=%u G=%u L=%u win=%u ring=%u q/kv/out=%s/%s/%s %s scale=%g %s", L->head_dim,
+             L->num_q_heads, L->num_kv_heads, pr->seq_len, L->window, L->ring_capacity, fdec_dtype_name(L->q_dtype),
+             fdec_dtype_name(L->kv_dtype), fdec_dtype_name(L->out_dtype), fd_layout_name(pr->layout),
+             (double)L->scale, fd_variants_name(L, var, sizeof var));
     return buf;
 }
 
 
 int inputs_make(inputs *in, const fd_problem *pr) {
     memset(in, 0, sizeof *in);
+    in->sinks = pr->layer.sinks, in->alibi = pr->layer.alibi_slopes;
     if (!g_cuda) {
         in->q = pr->q, in->k = pr->k, in->v = pr->v;
         return 0;
@@ -72,6 +74,15 @@ int inputs_make(inputs *in, const fd_problem *pr) {
         fd_h2d(in->dv, pr->v, kb))
         return -1;
     in->q = in->dq, in->k = in->dk, in->v = in->dv;
+    const size_t hb = pr->p.H * sizeof(float);
+    if (in->sinks) {
+        if (!(in->dsinks = fd_dev_alloc(hb)) || fd_h2d(in->dsinks, in->sinks, hb)) return -1;
+        in->sinks = in->dsinks;
+    }
+    if (in->alibi) {
+        if (!(in->dalibi = fd_dev_alloc(hb)) || fd_h2d(in->dalibi, in->alibi, hb)) return -1;
+        in->alibi = in->dalibi;
+    }
     return 0;
 }
 
@@ -79,19 +90,22 @@ void inputs_free(inputs *in) {
     fd_dev_free(in->dq);
     fd_dev_free(in->dk);
     fd_dev_free(in->dv);
+    fd_dev_free(in->dsinks);
+    fd_dev_free(in->dalibi);
 }
 
 /* Poisons b, runs the decode (on the device under --cuda, with the guards and poison copied there and the
  * whole guarded region copied back) and leaves the result in b. */
 fdec_status decode_into(fdec_context *ctx, const fd_problem *pr, const inputs *in, outbuf *b, int with_lse) {
     outbuf_poison(b);
-    if (!g_cuda)
-        return fdec_decode(ctx, &pr->layer, pr->seq_len, in->q, in->k, in->v, b->out, with_lse ? b->lse : NULL);
+    fdec_layer L = pr->layer; /* the variant arrays where the backend reads them */
+    L.sinks = in->sinks, L.alibi_slopes = in->alibi;
+    if (!g_cuda) return fdec_decode(ctx, &L, pr->seq_len, in->q, in->k, in->v, b->out, with_lse ? b->lse : NULL);
     size_t ob = b->out_bytes + 2 * GUARD, lb = b->lse_bytes + 2 * GUARD;
     unsigned char *dout = fd_dev_alloc(ob), *dlse = fd_dev_alloc(lb);
     fdec_status st = FDEC_EBACKEND;
     if (dout && dlse && !fd_h2d(dout, b->out_raw, ob) && !fd_h2d(dlse, b->lse_raw, lb)) {
-        st = fdec_decode(ctx, &pr->layer, pr->seq_len, in->q, in->k, in->v, dout + GUARD,
+        st = fdec_decode(ctx, &L, pr->seq_len, in->q, in->k, in->v, dout + GUARD,
                          with_lse ? (float *)(dlse + GUARD) : NULL);
         if (fd_dev_sync() || fd_d2h(b->out_raw, dout, ob) || fd_d2h(b->lse_raw, dlse, lb)) st = FDEC_EBACKEND;
     }
@@ -204,10 +218,16 @@ void check_problem(path_ctx *pc, int npc, const char *name, fd_problem *pr) {
 
 void one_case(path_ctx *pc, int npc, const char *name, fdec_layer L, uint32_t seq_len, float amp,
                      uint64_t seed) {
+    one_case_variants(pc, npc, name, L, seq_len, amp, seed, NULL);
+}
+
+void one_case_variants(path_ctx *pc, int npc, const char *name, fdec_layer L, uint32_t seq_len, float amp,
+                       uint64_t seed, const fd_variants *v) {
     fd_rng r = {seed};
     fd_problem pr;
-    if (fd_problem_make(&pr, &L, seq_len, FD_DENSE, amp, &r)) {
+    if (fd_problem_make(&pr, &L, seq_len, FD_DENSE, amp, &r) || (v && fd_problem_set_variants(&pr, v, &r))) {
         check(0, "%s: could not build: %s", name, fdec_last_error());
+        fd_problem_free(&pr);
         return;
     }
     check_problem(pc, npc, name, &pr);

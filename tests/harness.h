@@ -34,7 +34,8 @@ typedef struct {
 /* A problem's inputs where the backend reads them: the host buffers, or device copies under --cuda. */
 typedef struct {
     const void *q, *k, *v;
-    void *dq, *dk, *dv; /* device copies to free */
+    const float *sinks, *alibi; /* the layer's variant arrays (NULL where off) */
+    void *dq, *dk, *dv, *dsinks, *dalibi; /* device copies to free */
 } inputs;
 
 typedef struct {
@@ -63,11 +64,15 @@ int make_path_contexts(path_ctx *pc);
 void check_problem(path_ctx *pc, int npc, const char *name, fd_problem *pr);
 /* A random problem of layer L (q's elements of size amp) through check_problem. */
 void one_case(path_ctx *pc, int npc, const char *name, fdec_layer L, uint32_t seq_len, float amp, uint64_t seed);
+/* The same with the logit variants v (NULL: none). */
+void one_case_variants(path_ctx *pc, int npc, const char *name, fdec_layer L, uint32_t seq_len, float amp,
+                       uint64_t seed, const fd_variants *v);
 fdec_layer layer_of(uint32_t D, uint32_t H, uint32_t G, uint32_t window, uint32_t ring, fdec_dtype kv, float scale);
 
 /* The test groups (tests/test_*.c), run by test_main.c. */
 void test_sweep(path_ctx *pc, int npc, int configs, uint64_t seed);
 void test_decode_cases(path_ctx *pc, int npc, int short_run);
+void test_variant_cases(path_ctx *pc, int npc, int short_run);
 void test_drift(path_ctx *pc, int npc);
 void test_numerics(path_ctx *pc, int npc);
 void test_nonfinite(path_ctx *pc, int npc);

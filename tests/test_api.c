@@ -66,6 +66,19 @@ void test_bad_input(void) {
     BAD("NULL layer", (void)0, 10, 6, FDEC_EINVAL, "layer must not be NULL");
     BAD("misaligned k", (void)0, 10, 7, FDEC_EINVAL, "aligned");
     if (g_cuda) BAD("host pointer for k", (void)0, 10, 8, FDEC_EINVAL, "k (");
+    /* the logit variants: their numbers on the host (CPU), device pointers on CUDA (a host array is refused) */
+    static float nan_sinks[8] = {0, 0, 0, NAN, 0, 0, 0, 0}, inf_sinks[8] = {0, 0, 0, 0, 0, 0, 0, INFINITY},
+                 bad_alibi[8] = {0.5f, 0.25f, -INFINITY, 0, 0, 0, 0, 0}, fine[9];
+    BAD("negative softcap", l->softcap = -1, 10, 0, FDEC_EINVAL, "softcap (-1) must be 0 (off) or a positive");
+    BAD("NaN softcap", l->softcap = NAN, 10, 0, FDEC_EINVAL, "softcap (");
+    BAD("inf softcap", l->softcap = INFINITY, 10, 0, FDEC_EINVAL, "softcap (inf)");
+    BAD("NaN sink", l->sinks = nan_sinks, 10, 0, FDEC_EINVAL, g_cuda ? "sinks (" : "sinks[3]");
+    BAD("+inf sink", l->sinks = inf_sinks, 10, 0, FDEC_EINVAL, g_cuda ? "sinks (" : "sinks[7] (inf) must be finite or -inf");
+    BAD("-inf ALiBi slope", l->alibi_slopes = bad_alibi, 10, 0, FDEC_EINVAL,
+        g_cuda ? "alibi_slopes (" : "alibi_slopes[2] (-inf) must be finite");
+    BAD("misaligned sinks", l->sinks = (const float *)((const char *)fine + 1), 10, 0, FDEC_EINVAL, "sinks (");
+    BAD("k_scale with f16", l->k_scale = 2, 10, 0, FDEC_EINVAL, "apply to fp8 caches only; kv_dtype is f16");
+    BAD("v_scales with f16", l->v_scales = fine, 10, 0, FDEC_EINVAL, "apply to fp8 caches only");
 #undef BAD
     /* buffers big enough for the good layer at seq_len 10; on CUDA q, k, v (and the good call's out) are on the
      * device, and out / lse of the table stay on the host, where "untouched" is checked */

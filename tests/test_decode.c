@@ -68,6 +68,56 @@ void test_decode_cases(path_ctx *pc, int npc, int short_run) {
     }
 }
 
+/* ---- the logit variants (flashdec.h, "Logit variants") ---- */
+
+typedef struct {
+    const char *name;
+    uint32_t D, H, G, window, ring;
+    fdec_dtype kv;
+    float scale;
+    uint32_t seq_len;
+    float amp;
+    uint64_t seed;
+    fd_variants v; /* softcap, sinks (0 none, 1 random, 2 sink_value), sink_value, alibi, alibi_scale */
+} variant_case;
+
+#define NINF (-INFINITY)
+static const variant_case VARIANT_CASES[] = {
+    /* soft-caps small enough to bite: logits of up to ~30 capped at 1.5 and 5 */
+    {"softcap 1.5 llama 128/32/8 L=3000", 128, 32, 8, 0, 0, FDEC_F16, 1.0f, 3000, 1.0f, 101, {1.5f, 0, 0, 0, 0}},
+    {"softcap 5 gemma4 256/16/8 w1024 ring", 256, 16, 8, 1024, 1024, FDEC_BF16, 1.0f, 5000, 1.0f, 102, {5, 0, 0, 0, 0}},
+    {"softcap 50 gemma2 256/16/8 L=2000", 256, 16, 8, 0, 0, FDEC_F16, 0, 2000, 1.0f, 103, {50, 0, 0, 0, 0}},
+    {"softcap 2 odd 33/6/3 L=999 f32", 33, 6, 3, 0, 0, FDEC_F32, 1.0f, 999, 1.0f, 104, {2, 0, 0, 0, 0}},
+    /* sinks: none (-inf), random, one that outweighs every position, the gpt-oss geometry (64/64/8, window 128) */
+    {"sinks -inf = plain 64/32/8 L=1500", 64, 32, 8, 0, 0, FDEC_F16, 0, 1500, 1.0f, 111, {0, 2, NINF, 0, 0}},
+    {"sinks random gpt-oss 64/64/8 w128", 64, 64, 8, 128, 0, FDEC_BF16, 0, 4000, 1.0f, 112, {0, 1, 0, 0, 0}},
+    {"sinks random gpt-oss 64/64/8 full", 64, 64, 8, 0, 0, FDEC_BF16, 0, 6000, 1.0f, 113, {0, 1, 0, 0, 0}},
+    {"sinks dominate 128/8/1 L=2112", 128, 8, 1, 0, 0, FDEC_F16, 0, 2112, 1.0f, 114, {0, 2, 40.0f, 0, 0}},
+    {"sinks random 512/16/2 L=3000", 512, 16, 2, 0, 0, FDEC_F16, 1.0f, 3000, 0.05f, 115, {0, 1, 0, 0, 0}},
+    {"sinks random 7/12/4 L=300 f32", 7, 12, 4, 0, 0, FDEC_F32, 0, 300, 1.0f, 116, {0, 1, 0, 0, 0}},
+    /* ALiBi: full, windows, a ring wrapped many times, the end of the 32-bit range, slopes that reach far back */
+    {"alibi bloom 128/32/32 L=2048", 128, 32, 32, 0, 0, FDEC_F16, 0, 2048, 1.0f, 121, {0, 0, 0, 1, 1.0f}},
+    {"alibi weak 128/32/8 L=16384", 128, 32, 8, 0, 0, FDEC_F16, 0, 16384, 1.0f, 122, {0, 0, 0, 1, 0.001f}},
+    {"alibi 64/8/2 w1000 ring1024", 64, 8, 2, 1000, 1024, FDEC_F16, 0, 1024 * 37 + 5, 1.0f, 123, {0, 0, 0, 1, 0.01f}},
+    {"alibi 32-bit end 128/32/8 w700 ring", 128, 32, 8, 700, 1024, FDEC_BF16, 0, M32, 1.0f, 124, {0, 0, 0, 1, 0.01f}},
+    {"alibi 100/10/5 w333 L=4000 f32", 100, 10, 5, 333, 0, FDEC_F32, 0, 4000, 1.0f, 125, {0, 0, 0, 1, 0.05f}},
+    /* all three at once */
+    {"all llama 128/32/8 L=4160", 128, 32, 8, 0, 0, FDEC_F16, 1.0f, 4160, 1.0f, 131, {3, 1, 0, 1, 0.01f}},
+    {"all gemma4 256/16/8 w1024 ring", 256, 16, 8, 1024, 1024, FDEC_F16, 1.0f, 77777, 0.3f, 132, {20, 1, 0, 1, 0.1f}},
+    {"all 512/16/2 L=9000 bf16", 512, 16, 2, 0, 0, FDEC_BF16, 1.0f, 9000, 0.05f, 133, {10, 1, 0, 1, 0.002f}},
+    {"all odd 65/15/5 w50 L=700", 65, 15, 5, 50, 0, FDEC_F16, 0, 700, 1.0f, 134, {4, 1, 0, 1, 0.3f}},
+};
+
+void test_variant_cases(path_ctx *pc, int npc, int short_run) {
+    for (size_t i = 0; i < sizeof VARIANT_CASES / sizeof VARIANT_CASES[0]; i++) {
+        const variant_case *c = &VARIANT_CASES[i];
+        const uint64_t attended = c->window && c->window < c->seq_len ? c->window : c->seq_len;
+        if (short_run && attended > 8192) continue;
+        one_case_variants(pc, npc, c->name, layer_of(c->D, c->H, c->G, c->window, c->ring, c->kv, c->scale),
+                          c->seq_len, c->amp, c->seed, &c->v);
+    }
+}
+
 /* ---- 1. the randomized sweep ---- */
 
 void test_sweep(path_ctx *pc, int npc, int configs, uint64_t seed) {
@@ -80,8 +130,11 @@ void test_sweep(path_ctx *pc, int npc, int configs, uint64_t seed) {
         fd_layout layout;
         fd_random_config(&r, &L, &seq_len, &layout);
         fd_problem pr;
-        if (fd_problem_make(&pr, &L, seq_len, layout, 1.0f, &r)) {
+        fd_variants var;
+        fd_random_variants(&r, &var);
+        if (fd_problem_make(&pr, &L, seq_len, layout, 1.0f, &r) || fd_problem_set_variants(&pr, &var, &r)) {
             check(0, "sweep config %d could not be built: %s", i, fdec_last_error());
+            fd_problem_free(&pr);
             continue;
         }
         double *ref = malloc(sizeof(double) * pr.p.H * pr.p.D), *ref_lse = malloc(sizeof(double) * pr.p.H);

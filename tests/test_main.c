@@ -54,6 +54,7 @@ int main(int argc, char **argv) {
     if (!g_cuda) STEP(test_cuda_absent());
     STEP(test_bad_input());
     STEP(test_decode_cases(pc, npc, short_run));
+    STEP(test_variant_cases(pc, npc, short_run));
     if (!short_run) STEP(test_drift(pc, npc));
     STEP(test_numerics(pc, npc));
     STEP(test_nonfinite(pc, npc));

@@ -91,7 +91,57 @@ void fd_problem_free(fd_problem *pr) {
     free(pr->q);
     free(pr->k);
     free(pr->v);
+    free(pr->sinks);
+    free(pr->alibi);
     pr->q = pr->k = pr->v = NULL;
+    pr->sinks = pr->alibi = NULL;
+}
+
+int fd_problem_set_variants(fd_problem *pr, const fd_variants *v, fd_rng *rng) {
+    const uint32_t H = pr->layer.num_q_heads;
+    free(pr->sinks);
+    free(pr->alibi);
+    pr->sinks = pr->alibi = NULL;
+    pr->layer.softcap = v->softcap;
+    if (v->sinks) {
+        if (!(pr->sinks = malloc(H * sizeof(float)))) return -1;
+        /* the logits are about |q|_1 / sqrt(D) in size at most: sinks from below to well above them */
+        const double big = 4.0 + 2.0 * sqrt((double)pr->layer.head_dim);
+        for (uint32_t h = 0; h < H; h++) {
+            const uint32_t kind = (uint32_t)(fd_rand(rng) % 6);
+            pr->sinks[h] = v->sinks == 2 ? v->sink_value
+                           : kind == 0   ? -INFINITY
+                           : kind == 1   ? (float)(big + 20.0) /* outweighs every position */
+                                         : (float)(big * (2 * fd_uniform(rng) - 1));
+        }
+    }
+    if (v->alibi) {
+        if (!(pr->alibi = malloc(H * sizeof(float)))) return -1;
+        for (uint32_t h = 0; h < H; h++)
+            pr->alibi[h] = (float)((v->alibi_scale ? v->alibi_scale : 1.0) * pow(2.0, -8.0 * (h + 1) / H));
+    }
+    pr->layer.sinks = pr->sinks;
+    pr->layer.alibi_slopes = pr->alibi;
+    return fdec_problem_init(&pr->layer, pr->seq_len, &pr->p) == FDEC_OK ? 0 : -1;
+}
+
+void fd_random_variants(fd_rng *r, fd_variants *v) {
+    memset(v, 0, sizeof *v);
+    if (fd_rand(r) % 2) return;
+    const uint32_t k = (uint32_t)(fd_rand(r) % 7) + 1; /* a non-empty subset of the three */
+    if (k & 1) v->softcap = (float)(0.5 + 30.0 * fd_uniform(r));
+    if (k & 2) v->sinks = 1;
+    if (k & 4) v->alibi = 1, v->alibi_scale = (float)(0.001 + fd_uniform(r));
+}
+
+const char *fd_variants_name(const fdec_layer *L, char *buf, size_t n) {
+    snprintf(buf, n, "%s", "");
+    if (L->softcap > 0) snprintf(buf + strlen(buf), n - strlen(buf), "softcap %g ", (double)L->softcap);
+    if (L->sinks) snprintf(buf + strlen(buf), n - strlen(buf), "sinks ");
+    if (L->alibi_slopes) snprintf(buf + strlen(buf), n - strlen(buf), "alibi ");
+    if (!*buf) snprintf(buf, n, "plain");
+    else buf[strlen(buf) - 1] = 0;
+    return buf;
 }
 
 void fd_reference(fd_problem *pr, double *out, double *lse) {

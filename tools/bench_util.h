@@ -28,7 +28,26 @@ typedef struct {
     size_t kv_elems; /* elements in each of k and v */
     fdec_problem p;
     double max_logit; /* largest |scale * q.k| over the attended range, set by fd_reference */
+    float *sinks, *alibi; /* the layer's variant arrays, owned here (fd_problem_set_variants) */
 } fd_problem;
+
+/* Logit variants for a problem: softcap (0: off); sinks: 0 none, 1 random (a mix of -inf, values among the logits
+ * and one that outweighs them all), 2 one fixed value (sink_value) for every head; alibi: 0 none, 1 the standard
+ * slopes 2^(-8 (h + 1) / H) times alibi_scale (1 when 0). */
+typedef struct {
+    float softcap;
+    int sinks;
+    float sink_value;
+    int alibi;
+    float alibi_scale;
+} fd_variants;
+/* Sets pr's layer to v's variants with arrays of its own (freed by fd_problem_free) and re-derives pr->p. 0 on
+ * success. */
+int fd_problem_set_variants(fd_problem *pr, const fd_variants *v, fd_rng *rng);
+/* Draws variants for a random configuration: none half the time, else a random mix. */
+void fd_random_variants(fd_rng *r, fd_variants *v);
+/* "softcap 30 sinks alibi" or "plain" into buf. */
+const char *fd_variants_name(const fdec_layer *L, char *buf, size_t n);
 
 /* Draws a random valid configuration: head_dim from 1 to 512 (odd ones too), GQA ratio 1..16, every dtype,
  * windows below/at/above seq_len, rings wrapped many times (seq_len up to 4e9), all layouts, scale 0, 1 or

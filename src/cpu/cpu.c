@@ -345,7 +345,10 @@ static void merge_task(void *arg, uint32_t i, uint32_t n) {
     const size_t Dp = fdec_cpu_padded_dim(p->D);
     for (uint32_t h = h0; h < h1; h++) {
         float w[MAX_STATES], L;
-        const float M = fdec_merge_weights(nc, r->m + h, p->H, r->l + h, p->H, w, &L);
+        float M = fdec_merge_weights(nc, r->m + h, p->H, r->l + h, p->H, w, &L);
+        const float f = fdec_state_sink(&M, &L, fdec_logit_sink(&p->logits, h)); /* the sink's share, once */
+        if (f != 1.0f)
+            for (uint32_t c = 0; c < nc; c++) w[c] *= f;
         float *acc = r->o + (size_t)h * Dp;
         for (uint32_t c = 0; c < nc; c++) fdec_state_add(acc, r->o + ((size_t)c * p->H + h) * Dp, w[c], p->D, c == 0);
         finish_row(acc, p->D, M, L, (char *)r->out + fdec_dtype_bytes(p->ot, (size_t)h * p->D), p->ot,
@@ -407,8 +410,7 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     fdec_status st = ensure_scratch(c, L.total);
     if (st) return st;
     char *base = c->scratch;
-    const uint64_t qpos = p->seq_len - 1;
-    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->kv, p->kvt, k, v, NULL, &p->logits, qpos, pf_distance(c, p->D)};
+    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->kv, p->kvt, k, v, NULL, &p->logits, p->qpos, pf_distance(c, p->D)};
     run_ctx r = {&a, p, q, (float *)(base + L.q), c, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
                  (float *)(base + L.s), runs, run, item, nc, out, lse};
     for (uint32_t i = 0; i < runs; i++) atomic_init(&run[i].w, run_pack(first[i], first[i + 1]));

@@ -245,10 +245,25 @@ typedef struct {
     uint64_t t;
 } kv_rows;
 
-/* The logits hook (logits.h) over one head's scores of a block, which are scaled already (q carries the scale). */
+/* The logits hook (logits.h) over one head's scores of a block, which are scaled already (q carries the scale):
+ * fdec_logit_variant's formulas a vector at a time, over whole vectors (the lanes past nb are the softmax's -inf
+ * later). An infinite score becomes NaN first (0 * inf), as the softmax would make it, so that the soft-cap's clamp
+ * cannot turn it finite. */
+static const float iota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 ALWAYS_INLINE void logits_hook(const fdec_cpu_args *a, float *s, uint32_t nb, uint32_t h, uint64_t t) {
-    if (a->logits->variant == FDEC_LOGITS_PLAIN) return;
-    for (uint32_t j = 0; j < nb; j++) s[j] = fdec_logit_variant(a->logits, s[j], h, t + j, a->qpos);
+    const fdec_logits *L = a->logits;
+    if (L->variant == FDEC_LOGITS_PLAIN) return;
+    const int cap = L->variant & FDEC_LOGITS_SOFTCAP, alibi = L->variant & FDEC_LOGITS_ALIBI;
+    const V c = vset1(cap ? L->softcap : 1.0f), ic = vset1(cap ? 1.0f / L->softcap : 1.0f);
+    const V nslope = vset1(alibi ? -L->alibi[h] : 0.0f);
+    V dist = vsub(vset1((float)(a->qpos - t)), vloadf(iota)); /* qpos - (t + j) for the lanes of the first vector */
+    for (uint32_t j = 0; j < nb; j += VW, dist = vsub(dist, vset1((float)VW))) {
+        V x = vloadf(s + j);
+        x = vfma(vzero(), x, x);
+        if (cap) x = vmul(c, vtanh(vmul(x, ic)));
+        if (alibi) x = vfma(nslope, dist, x);
+        vstoref(s + j, x);
+    }
 }
 
 /* Steps 2 and 3 of a block for the R heads hq .. hq + R of one KV head, whose scores are in sT (R rows of NB); the

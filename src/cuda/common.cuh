@@ -34,6 +34,8 @@ struct fdec_cuda_params {
     size_t ps, hs;    /* element strides */
     float scale_log2; /* scale * log2(e) */
     int qt, ot;
+    fdec_logits logits; /* the variants (logits.h): the kernels' fdec_logit2, the chunk merges' sink */
+    uint32_t qpos;      /* the query's position */
 };
 
 /* The cache row of attended position t (lo <= t < lo + ring when there is a ring): kv.h's rule, from ring_lo =

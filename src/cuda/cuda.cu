@@ -302,6 +302,8 @@ static fdec_cuda_params call_params(const cuda_impl *c, const fdec_problem *p, c
     prm.ps = p->kv.ps, prm.hs = p->kv.hs;
     prm.scale_log2 = p->logits.scale * 1.4426950408889634f;
     prm.qt = (int)p->qt, prm.ot = (int)p->ot;
+    prm.logits = p->logits;
+    prm.qpos = p->qpos;
     return prm;
 }
 
@@ -374,14 +376,9 @@ static fdec_status check_one(const char *name, const void *ptr) {
     return FDEC_OK;
 }
 
-static fdec_status cuda_check_ptrs(void *impl, const void *q, const void *k, const void *v, const void *out,
-                                   const float *lse) {
+static fdec_status cuda_check_ptr(void *impl, const char *name, const void *ptr) {
     (void)impl;
-    fdec_status st;
-    if ((st = check_one("q", q)) || (st = check_one("k", k)) || (st = check_one("v", v)) ||
-        (st = check_one("out", out)) || (st = check_one("lse", lse)))
-        return st;
-    return FDEC_OK;
+    return check_one(name, ptr);
 }
 
 static void cuda_destroy(void *impl) {
@@ -439,7 +436,7 @@ static fdec_status cuda_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fd
     return FDEC_OK;
 }
 
-static const fdec_backend_ops cuda_ops = {cuda_destroy, cuda_reserve, cuda_decode, cuda_plan, cuda_check_ptrs,
+static const fdec_backend_ops cuda_ops = {cuda_destroy, cuda_reserve, cuda_decode, cuda_plan, cuda_check_ptr,
                                           cuda_merge};
 
 extern "C" fdec_status fdec_cuda_create(const fdec_options *o, const fdec_test_options *t, void **impl,

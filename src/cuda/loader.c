@@ -48,6 +48,12 @@ fdec_status fdec_cuda_create(const fdec_options *o, const fdec_test_options *t, 
         return fdec_set_error(FDEC_EUNSUPPORTED, "the CUDA backend is not available: its module " MODULE_NAME
                                                  " could not be loaded (%s)" BUILD_NOTE,
                               load_error);
+    const int *abi = (const int *)dlsym(module, "fdec_cuda_module_abi");
+    if (!abi || *abi != FDEC_CUDA_MODULE_ABI)
+        return fdec_set_error(FDEC_EUNSUPPORTED, "the CUDA backend module " MODULE_NAME " that was found belongs to "
+                                                 "another flashdec version (module ABI %d, this library's %d): install "
+                                                 "the module built with this library beside it",
+                              abi ? *abi : 0, FDEC_CUDA_MODULE_ABI);
     fdec_cuda_module_create_fn create = (fdec_cuda_module_create_fn)dlsym(module, "fdec_cuda_module_create");
     if (!create)
         return fdec_set_error(FDEC_EUNSUPPORTED, "the CUDA backend module " MODULE_NAME " has no entry point: %s",

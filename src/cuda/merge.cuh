@@ -29,6 +29,8 @@ struct fdec_chunk_src {
     uint32_t n, D;
     size_t h0;
     int d0;
+    const fdec_logits *logits; /* the sinks, merged once here (state.h's fdec_state_sink) */
+    __device__ float sink(int r) const { return fdec_logit_sink(logits, (uint32_t)(h0 + r)); }
     __device__ float mv(int r, uint32_t c) const { return __ldcg(m + (h0 + r) * n + c); }
     __device__ float lv(int r, uint32_t c) const { return __ldcg(l + (h0 + r) * n + c); }
     __device__ float ov(int r, uint32_t c, int d) const { return __ldcg(o + ((h0 + r) * n + c) * D + d0 + d); }
@@ -101,9 +103,10 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
             lr[j] = c < n ? src.lv(r, c) : 0.f;
         }
         fdec_warp_weights(mr, lr, w, M, L);
+        const float f = fdec_state_sink(&M, &L, src.sink(r)); /* the sink's share (none: f = 1) */
 #pragma unroll
         for (int j = 0; j < J; j++)
-            if ((uint32_t)lane + 32 * j < n) sw[r * n + lane + 32 * j] = w[j];
+            if ((uint32_t)lane + 32 * j < n) sw[r * n + lane + 32 * j] = w[j] * f;
         if (lane == 0) sM[r] = M, sL[r] = L, sbad[r] = !isfinite(M) && M != -INFINITY;
     }
     __syncthreads();
@@ -225,7 +228,7 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(co
     const uint32_t h = blockIdx.x;
     const int slice = (int)((p.D + gridDim.y - 1) / gridDim.y);
     const int d0 = blockIdx.y * slice, width = min(slice, (int)p.D - d0);
-    const fdec_chunk_src src = {p.part_m, p.part_l, p.part_o, p.nc, p.D, h, d0};
+    const fdec_chunk_src src = {p.part_m, p.part_l, p.part_o, p.nc, p.D, h, d0, &p.logits};
     fdec_merge_heads<SPLIT>(src, 1, p.nc, width, msm, msm + p.nc, msm + p.nc + 3, p.out, (size_t)h * p.D + d0, p.ot,
                      p.lse && blockIdx.y == 0 ? p.lse + h : NULL);
 }
@@ -268,6 +271,9 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(con
     }
     float w[J], M, L;
     fdec_warp_weights(mr, lr, w, M, L);
+    const float f = fdec_state_sink(&M, &L, fdec_logit_sink(&p.logits, h)); /* the sink's share (none: f = 1) */
+#pragma unroll
+    for (int j = 0; j < J; j++) w[j] *= f;
     float O = 0.f;
 #pragma unroll
     for (int c = 0; c < C; c++) {
@@ -302,6 +308,7 @@ struct fdec_pair_src {
     uint32_t h0;
     __device__ float mv(int r, uint32_t c) const { return p->lses[c][h0 + r]; }
     __device__ float lv(int, uint32_t) const { return 1.f; }
+    __device__ float sink(int) const { return -INFINITY; } /* fdec_merge's shards carry their sinks themselves */
     __device__ float ov(int r, uint32_t c, int d) const {
         const size_t i = (size_t)(h0 + r) * p->D + d;
         if constexpr (T == T0) return fdec_ld<T>(p->outs[c], i);

@@ -185,7 +185,6 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     const int pg = warp / WD, ds = (warp % WD) * DW;
     const uint32_t g = blockIdx.z, chunk = blockIdx.y, tile = blockIdx.x, h0 = g * p.R + tile * RT;
     const int nh = min(RT, (int)(p.R - tile * RT));
-    const fdec_logits lg = {0.f, FDEC_LOGITS_PLAIN}; /* the logits hook's variant (logits.h) */
 
     float m = -INFINITY, l = 0.f; /* state of head gq (base 2; l in units of PSCALE), per lane: l is partial */
     float lb = 0.f;               /* l's block (FDEC_MMA_SUM_STEPS) */
@@ -335,7 +334,8 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const uint64_t t = pbase + src_row(prow + nt * 8 + 2 * cq + e);
-                float x = fdec_logit2(&lg, sv[nt][e], h0 + gq, t, p.hi - 1);
+                /* the logits hook (logits.h); a row past the tile's heads asks for head h0's variant */
+                float x = fdec_logit2(&p.logits, sv[nt][e], qok ? h0 + gq : h0, t, p.qpos);
                 x = fmaf(0.f, x, x); /* +-inf -> NaN: the head comes out NaN */
                 x = t < c1 ? x : -INFINITY;
                 sv[nt][e] = x;

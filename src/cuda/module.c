@@ -17,6 +17,11 @@ fdec_status fdec_set_error(fdec_status st, const char *fmt, ...) {
     return st;
 }
 
+/* The loader checks this before it calls fdec_cuda_module_create: a module of another version is refused with a
+ * message. */
+__attribute__((visibility("default"))) extern const int fdec_cuda_module_abi;
+const int fdec_cuda_module_abi = FDEC_CUDA_MODULE_ABI;
+
 __attribute__((visibility("default"))) fdec_status fdec_cuda_module_create(const fdec_cuda_host *h,
                                                                            const fdec_options *o,
                                                                            const fdec_test_options *t, void **impl,

@@ -101,7 +101,6 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
     const int grp = lane / T, lin = lane % T;
     const uint32_t g = blockIdx.z, chunk = blockIdx.y, tile = blockIdx.x, h0 = g * p.R + tile * RT;
     const int nh = min(RT, (int)(p.R - tile * RT)); /* heads of this tile */
-    const fdec_logits lg = {0.f, FDEC_LOGITS_PLAIN}; /* the logits hook's variant (logits.h) */
     fdec_grid_wait();
 
     /* this lane's element i: load l = i / VEC covers [lin*VEC + l*T*VEC, +VEC) */
@@ -208,7 +207,8 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
                 for (int i = 0; i < E; i++) acc = fmaf(q[r][i], kf[i], acc);
 #pragma unroll
                 for (int off = T / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-                acc = fdec_logit2(&lg, acc, h0 + r, base + u * NW * GROUPS + grp, p.hi - 1);
+                /* the logits hook (logits.h); a row past the tile's heads asks for head h0's variant */
+                acc = fdec_logit2(&p.logits, acc, r < nh ? h0 + r : h0, base + u * NW * GROUPS + grp, p.qpos);
                 s[u][r] = valid ? fmaf(0.f, acc, acc) : -INFINITY; /* +-inf -> NaN: the head comes out NaN */
             }
         }

@@ -176,9 +176,12 @@ fdec_status fdec_sp_decode(fdec_sp *sp, const fdec_layer *layer, uint32_t seq_le
     if (a < b) {
         fdec_layer part = *layer;
         part.window = 0;
+        /* the sink counts once: in the shard that holds the query's own position, never empty (flashdec.h) */
+        if (b != seq_len) part.sinks = NULL;
         const size_t off = (size_t)(a - shard_lo) * p.kv.ps * fdec_dtype_size(p.kvt);
-        st = fdec_decode(sp->ctx, &part, b - a, q, (const char *)k + off, (const char *)v + off, send,
-                         (float *)(send + ob));
+        /* positions a.. of the call are its 0..; ALiBi counts from the query at seq_len - 1, past its end */
+        st = fdec_decode_at(sp->ctx, &part, b - a, seq_len - 1 - a, q, (const char *)k + off, (const char *)v + off,
+                            send, (float *)(send + ob));
         if (st) return st;
     } else { /* nothing of the range here: an empty partial (lse -inf; its out is ignored by the merge) */
         const unsigned char *ninf = sp->buf + sp->cap * (size_t)(sp->nranks + 1);

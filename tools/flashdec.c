@@ -95,6 +95,7 @@ typedef struct {
     double us, gbs, floor_us, pct_floor, err, tol, bw, gflops;
     fdec_dtype kvt;
     uint32_t chunks;
+    char logits[48]; /* the logit variants timed: "plain", "softcap 30 sinks"... */
 } result;
 
 typedef struct {
@@ -104,6 +105,7 @@ typedef struct {
     int reps;
     int check;
     size_t rotate_bytes; /* rotate among copies of the cache until this many bytes are covered */
+    fd_variants var;     /* the logit variants of the case being timed */
 } bench_opts;
 
 static int time_case_cuda(const preset *ps, uint32_t L, const bench_opts *bo, double bw, result *res);
@@ -122,6 +124,14 @@ static void fill_result(result *r, const preset *ps, uint32_t L, uint32_t thread
     r->gflops = gfl;
     r->kvt = kvt;
     r->chunks = chunks;
+}
+
+/* A plain f32 layer of head_dim D, H query and G KV heads (the probes of the plan). */
+static fdec_layer layer_of(uint32_t D, uint32_t H, uint32_t G) {
+    fdec_layer layer;
+    memset(&layer, 0, sizeof layer);
+    layer.head_dim = D, layer.num_q_heads = H, layer.num_kv_heads = G;
+    return layer;
 }
 
 static fdec_layer layer_of_preset(const preset *ps, const bench_opts *bo) {
@@ -146,10 +156,12 @@ static int time_case(const preset *ps, uint32_t L, uint32_t threads, const bench
     if (bo->backend == FDEC_BACKEND_CUDA) return time_case_cuda(ps, L, bo, bw, res);
     fd_rng rng = {0xbe7c4 + L};
     fd_problem pr;
-    if (fd_problem_make(&pr, &layer, L, FD_DENSE, 1.0f, &rng)) {
+    if (fd_problem_make(&pr, &layer, L, FD_DENSE, 1.0f, &rng) || fd_problem_set_variants(&pr, &bo->var, &rng)) {
         fprintf(stderr, "flashdec: cannot build %s at %u: %s\n", ps->name, L, fdec_last_error());
+        fd_problem_free(&pr);
         return -1;
     }
+    layer = pr.layer; /* with the variants' arrays */
     fdec_options o = fdec_default_options();
     o.threads = threads;
     o.cpu_path = bo->path;
@@ -223,6 +235,7 @@ static int time_case(const preset *ps, uint32_t L, uint32_t threads, const bench
     double flops = 4.0 * H * ((double)L - pr.p.lo) * D;
     double floor_s = fmax(bytes / (bw * 1e9), gfl > 0 ? flops / (gfl * 1e9) : 0);
     fill_result(res, ps, L, threads, sec, bytes, floor_s, bw, gfl, bo->kvt, info.num_chunks);
+    fd_variants_name(&layer, res->logits, sizeof res->logits);
     for (int i = 1; i < ncopy; i++) free(ks[i]), free(vs[i]);
     free(ks);
     free(vs);
@@ -257,10 +270,12 @@ static int time_case_cuda(const preset *ps, uint32_t L, const bench_opts *bo, do
     fdec_layer layer = layer_of_preset(ps, bo);
     fd_rng rng = {0xbe7c4 + L};
     fd_problem pr;
-    if (fd_problem_make(&pr, &layer, L, FD_DENSE, 1.0f, &rng)) {
+    if (fd_problem_make(&pr, &layer, L, FD_DENSE, 1.0f, &rng) || fd_problem_set_variants(&pr, &bo->var, &rng)) {
         fprintf(stderr, "flashdec: cannot build %s at %u: %s\n", ps->name, L, fdec_last_error());
+        fd_problem_free(&pr);
         return -1;
     }
+    layer = pr.layer; /* the variants' arrays: device copies below */
     void *stream = fd_dev_stream_create();
     fdec_options o = fdec_default_options();
     o.cuda_stream = stream;
@@ -278,7 +293,10 @@ static int time_case_cuda(const preset *ps, uint32_t L, const bench_opts *bo, do
     if (ncopy > 256) ncopy = 256;
     void **ks = calloc((size_t)ncopy, sizeof *ks), **vs = calloc((size_t)ncopy, sizeof *vs);
     void *dq = fd_dev_alloc(qb), *dout = fd_dev_alloc(ob), *dlse = fd_dev_alloc(H * 4), *hout = malloc(ob);
-    int ok = dq && dout && dlse && hout && !fd_h2d(dq, pr.q, qb);
+    void *dsinks = pr.sinks ? fd_dev_alloc(H * 4) : NULL, *dalibi = pr.alibi ? fd_dev_alloc(H * 4) : NULL;
+    int ok = dq && dout && dlse && hout && !fd_h2d(dq, pr.q, qb) && (!pr.sinks || (dsinks && !fd_h2d(dsinks, pr.sinks, H * 4))) &&
+             (!pr.alibi || (dalibi && !fd_h2d(dalibi, pr.alibi, H * 4)));
+    layer.sinks = dsinks, layer.alibi_slopes = dalibi;
     for (int i = 0; ok && i < ncopy; i++) {
         ks[i] = fd_dev_alloc(kvb), vs[i] = fd_dev_alloc(kvb);
         ok = ks[i] && vs[i] && !fd_h2d(ks[i], pr.k, kvb) && !fd_h2d(vs[i], pr.v, kvb);
@@ -305,9 +323,10 @@ static int time_case_cuda(const preset *ps, uint32_t L, const bench_opts *bo, do
     fdec_plan(ctx, &layer, L, &info);
     double bytes = fd_kv_bytes(&pr.p);
     fill_result(res, ps, L, 0, sec, bytes, bytes / (bw * 1e9), bw, 0, bo->kvt, info.num_chunks);
+    fd_variants_name(&layer, res->logits, sizeof res->logits);
     for (int i = 0; i < ncopy; i++) fd_dev_free(ks[i]), fd_dev_free(vs[i]);
     free(ks), free(vs), free(hout);
-    fd_dev_free(dq), fd_dev_free(dout), fd_dev_free(dlse);
+    fd_dev_free(dq), fd_dev_free(dout), fd_dev_free(dlse), fd_dev_free(dsinks), fd_dev_free(dalibi);
     fdec_context_destroy(ctx);
     fd_dev_stream_destroy(stream);
     fd_problem_free(&pr);
@@ -315,11 +334,12 @@ static int time_case_cuda(const preset *ps, uint32_t L, const bench_opts *bo, do
 }
 
 static void print_header(void) {
-    printf("%-20s %7s %3s %4s %10s %8s %8s %10s %8s %6s %9s\n", "shape", "context", "thr", "kv", "us/call", "GB/s",
-           "ceil GB/s", "floor us", "% floor", "chunks", "max err");
+    printf("%-20s %-18s %7s %3s %4s %10s %8s %8s %10s %8s %6s %9s\n", "shape", "logits", "context", "thr", "kv",
+           "us/call", "GB/s", "ceil GB/s", "floor us", "% floor", "chunks", "max err");
 }
 static void print_row(const result *r) {
-    printf("%-20s %7u %3u %4s %10.1f %8.2f %9.1f %10.1f %7.1f%% %6u %9.2g%s\n", r->name, r->ctx_len, r->threads,
+    printf("%-20s %-18s %7u %3u %4s %10.1f %8.2f %9.1f %10.1f %7.1f%% %6u %9.2g%s\n", r->name, r->logits, r->ctx_len,
+           r->threads,
            fdec_dtype_name(r->kvt), r->us, r->gbs, r->bw, r->floor_us, r->pct_floor, r->chunks, r->err,
            r->tol > 0 && !(r->err <= r->tol) ? " FAIL" : "");
 }
@@ -338,10 +358,10 @@ static int write_json(const char *path, const result *r, int n, double bw1, doub
             host, bw2, bw1, gf);
     for (int i = 0; i < n; i++)
         fprintf(f,
-                "    {\"shape\": \"%s\", \"context\": %u, \"threads\": %u, \"kv_dtype\": \"%s\", \"us\": %.3f, "
+                "    {\"shape\": \"%s\", \"logits\": \"%s\", \"context\": %u, \"threads\": %u, \"kv_dtype\": \"%s\", \"us\": %.3f, "
                 "\"gbs\": %.3f, \"floor_us\": %.3f, \"pct_floor\": %.2f, \"bw_ceiling_gbs\": %.3f, "
                 "\"fma_ceiling_gflops\": %.2f, \"chunks\": %u, \"max_err\": %.3g}%s\n",
-                r[i].name, r[i].ctx_len, r[i].threads, fdec_dtype_name(r[i].kvt), r[i].us, r[i].gbs, r[i].floor_us,
+                r[i].name, r[i].logits, r[i].ctx_len, r[i].threads, fdec_dtype_name(r[i].kvt), r[i].us, r[i].gbs, r[i].floor_us,
                 r[i].pct_floor, r[i].bw, r[i].gflops, r[i].chunks, r[i].err, i + 1 < n ? "," : "");
     fprintf(f, "  ]\n}\n");
     if (fclose(f)) {
@@ -384,6 +404,11 @@ static const char *bench_help =
     "  --rotate-mb N         rotate among cache copies covering N MiB (default 256, or twice the L3 where\n"
     "                        that is more: each call misses the L3); 0 times one cache over and over\n"
     "                        (in-cache speed)\n"
+    "  --softcap X           soft-cap the logits at X (Gemma 2: 50)\n"
+    "  --sinks               a sink logit per head (gpt-oss), random values\n"
+    "  --alibi               ALiBi biases with the standard slopes 2^(-8 (h + 1) / H)\n"
+    "  --variants LIST       time each case once per entry, side by side: plain, softcap, sinks, alibi, all\n"
+    "                        (softcap: --softcap's cap, 30 without it)\n"
     "  --no-check            skip the reference check (faster at long contexts)\n"
     "  --json FILE           also write the results as JSON\n"
     "  --gpus N              sequence-parallel decode over N GPUs (libflashdec_nccl, one process a GPU):\n"
@@ -398,7 +423,11 @@ static int cmd_bench(int argc, char **argv, int demo) {
     const preset *sel[NPRESETS + 1];
     int nsel = 0;
     preset custom = {"custom", 0, 0, 0, 0, 0, 0};
-    bench_opts bo = {FDEC_BACKEND_CPU, FDEC_CPU_AUTO, FDEC_F32, FDEC_F16, FDEC_F32, 5, 1, default_rotate_bytes()};
+    bench_opts bo = {FDEC_BACKEND_CPU, FDEC_CPU_AUTO, FDEC_F32, FDEC_F16, FDEC_F32, 5, 1, default_rotate_bytes(), {0, 0, 0, 0, 0}};
+    fd_variants vars[8]; /* --variants: each case timed once per entry; else the one of --softcap/--sinks/--alibi */
+    int nvar = 0;
+    float cap = 0;
+    int sinks = 0, alibi = 0;
     const char *json = NULL, *cmd = demo ? "demo" : "bench";
     int gpus = 0, ctx_given = 0;
     for (int i = 0; i < argc; i++) {
@@ -412,9 +441,11 @@ static int cmd_bench(int argc, char **argv, int demo) {
         }
         if (demo) return usage_error(cmd, "unknown option '%s'", a);
         if (!strcmp(a, "--no-check")) { bo.check = 0; continue; }
+        if (!strcmp(a, "--sinks")) { sinks = 1; continue; }
+        if (!strcmp(a, "--alibi")) { alibi = 1; continue; }
         static const char *const valued[] = {"--preset", "--shape", "--window", "--ring", "--ctx", "--threads", "--kv",
                                              "--q", "--out", "--backend", "--path", "--reps", "--rotate-mb", "--json",
-                                             "--gpus"};
+                                             "--gpus", "--softcap", "--variants"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return usage_error(cmd, "unknown option '%s'", a);
@@ -474,12 +505,42 @@ static int cmd_bench(int argc, char **argv, int demo) {
             if (!f) return usage_error(cmd, "--json: cannot write '%s'", val);
             fclose(f);
             json = val;
+        } else if (!strcmp(a, "--softcap")) {
+            char *end;
+            cap = strtof(val, &end);
+            if (*end || !(cap > 0) || !isfinite(cap))
+                return usage_error(cmd, "--softcap must be a positive number, got '%s'", val);
+        } else if (!strcmp(a, "--variants")) {
+            char names[256];
+            snprintf(names, sizeof names, "%s", val);
+            nvar = 0;
+            for (char *tok = strtok(names, ","); tok; tok = strtok(NULL, ",")) {
+                const int all = !strcmp(tok, "all");
+                if (strcmp(tok, "plain") && strcmp(tok, "softcap") && strcmp(tok, "sinks") && strcmp(tok, "alibi") &&
+                    !all)
+                    return usage_error(cmd, "unknown variant '%s' (plain, softcap, sinks, alibi, all)", tok);
+                if (nvar == 8) return usage_error(cmd, "--variants takes at most 8 entries, got '%s'", val);
+                fd_variants *v = &vars[nvar++];
+                memset(v, 0, sizeof *v);
+                if (all || !strcmp(tok, "softcap")) v->softcap = -1; /* the cap, once --softcap is read */
+                if (all || !strcmp(tok, "sinks")) v->sinks = 1;
+                if (all || !strcmp(tok, "alibi")) v->alibi = 1;
+            }
         } else if (!strcmp(a, "--gpus")) {
             uint64_t x;
             if (parse_uint(val, 1, 64, &x)) return usage_error(cmd, "--gpus must be in 1..64, got '%s'", val);
             gpus = (int)x;
         }
         else return usage_error(cmd, "unknown option '%s'", a);
+    }
+    if (nvar && (cap || sinks || alibi))
+        return usage_error(cmd, "%s", "--variants names the variants itself: leave out --sinks and --alibi "
+                                      "(--softcap sets its cap)");
+    for (int i = 0; i < nvar; i++)
+        if (vars[i].softcap < 0) vars[i].softcap = cap ? cap : 30.0f;
+    if (!nvar) {
+        memset(&vars[0], 0, sizeof vars[0]);
+        vars[0].softcap = cap, vars[0].sinks = sinks, vars[0].alibi = alibi, nvar = 1;
     }
     if (custom.D) sel[nsel++] = &custom;
     if (!nsel)
@@ -526,7 +587,7 @@ static int cmd_bench(int argc, char **argv, int demo) {
             fprintf(stderr, "flashdec %s: %s\n", cmd, fdec_last_error());
             return 1;
         }
-        fdec_layer pl = {64, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+        fdec_layer pl = layer_of(64, 1, 1);
         fdec_plan_info pinfo;
         fdec_plan(probe, &pl, 1, &pinfo);
         printf("flashdec %s: CPU backend, path %s, %ld online CPUs\n", cmd, pinfo.path, online_cpus());
@@ -541,20 +602,22 @@ static int cmd_bench(int argc, char **argv, int demo) {
         }
     }
     print_header();
-    result *res = calloc((size_t)nsel * nctx * nthr, sizeof *res);
+    result *res = calloc((size_t)nsel * nctx * nthr * nvar, sizeof *res);
     int nres = 0, bad = 0;
     for (int s = 0; s < nsel; s++)
         for (int c = 0; c < nctx; c++)
-            for (int t = 0; t < nthr; t++) {
-                /* the shared machine's bandwidth moves between cases: measure it again right before each */
-                double bwc = bo.backend == FDEC_BACKEND_CPU ? fd_read_bandwidth(BW_BYTES, thr[t]) : bw[t];
-                if (time_case(sel[s], ctxs[c], thr[t], &bo, bwc, gf[t], &res[nres]) == 0) {
-                    print_row(&res[nres]);
-                    bad += res[nres].tol > 0 && !(res[nres].err <= res[nres].tol);
-                    nres++;
-                } else bad++;
-                fflush(stdout);
-            }
+            for (int t = 0; t < nthr; t++)
+                for (int w = 0; w < nvar; w++) { /* the variants of a case one after another: side by side */
+                    /* the shared machine's bandwidth moves between cases: measure it again right before each */
+                    double bwc = bo.backend == FDEC_BACKEND_CPU ? fd_read_bandwidth(BW_BYTES, thr[t]) : bw[t];
+                    bo.var = vars[w];
+                    if (time_case(sel[s], ctxs[c], thr[t], &bo, bwc, gf[t], &res[nres]) == 0) {
+                        print_row(&res[nres]);
+                        bad += res[nres].tol > 0 && !(res[nres].err <= res[nres].tol);
+                        nres++;
+                    } else bad++;
+                    fflush(stdout);
+                }
     if (json && write_json(json, res, nres, nthr > 1 ? bw[0] : 0, bw[nthr - 1], gf[nthr - 1])) return 1;
     free(res);
     if (bad) printf("%d case(s) FAILED the reference check\n", bad);
@@ -572,7 +635,7 @@ static int cmd_verify(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts("usage: flashdec verify [--seed N] [--configs N] [--path auto|scalar|avx2|avx512|neon]\n"
                  "  Random configurations (every dtype, head_dim 1..512, GQA 1..16, windows, rings, strided\n"
-                 "  layouts) against the float64 reference. Exit code 1 if any fails.");
+                 "  layouts, logit variants) against the float64 reference. Exit code 1 if any fails.");
             return 0;
         }
         if (strcmp(a, "--seed") && strcmp(a, "--configs") && strcmp(a, "--path"))
@@ -608,8 +671,11 @@ static int cmd_verify(int argc, char **argv) {
         uint32_t n;
         fd_layout lay;
         fd_random_config(&r, &L, &n, &lay);
+        fd_variants var;
+        fd_random_variants(&r, &var);
         fd_problem pr;
-        if (fd_problem_make(&pr, &L, n, lay, 1.0f, &r)) {
+        if (fd_problem_make(&pr, &L, n, lay, 1.0f, &r) || fd_problem_set_variants(&pr, &var, &r)) {
+            fd_problem_free(&pr);
             fails++;
             continue;
         }
@@ -624,9 +690,11 @@ static int cmd_verify(int argc, char **argv) {
         double le = st == FDEC_OK ? fd_lse_error(&pr, lse, rl) : INFINITY;
         if (!(e <= tol) || !(le <= fd_lse_tolerance(&pr))) {
             fails++;
-            printf("FAIL config %d: D=%u H=%u G=%u L=%u window=%u ring=%u layout=%s: err %.3g (tol %.3g) lse %.3g%s%s\n",
+            char vn[48];
+            printf("FAIL config %d: D=%u H=%u G=%u L=%u window=%u ring=%u layout=%s logits=%s: err %.3g (tol %.3g) lse "
+                   "%.3g%s%s\n",
                    i, L.head_dim, L.num_q_heads, L.num_kv_heads, n, L.window, L.ring_capacity, fd_layout_name(lay),
-                   e, tol, le, st ? ": " : "", st ? fdec_last_error() : "");
+                   fd_variants_name(&pr.layer, vn, sizeof vn), e, tol, le, st ? ": " : "", st ? fdec_last_error() : "");
         }
         if (e / tol > worst) worst = e / tol;
         free(ref), free(rl), free(out), free(lse);
@@ -658,7 +726,7 @@ static int cmd_info(int argc, char **argv) {
         fprintf(stderr, "flashdec info: %s\n", fdec_last_error());
         return 1;
     }
-    fdec_layer pl = {64, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+    fdec_layer pl = layer_of(64, 1, 1);
     fdec_plan_info pinfo;
     fdec_plan(ctx, &pl, 1, &pinfo);
     fdec_context_destroy(ctx);

@@ -10,7 +10,7 @@
  *   2. updates the running max / sum per head and turns scores into weights p = exp(s - m) (vexp);
  *   3. accumulates o[h] += p[h][j] * V[j] for the block, each V element loaded once for the HT heads of a
  *      tile, the HT x DT output accumulators held in registers across the whole block.
- * Between steps 1 and 2 the logits hook (logits.h) applies the layer's variant to the block's scores.
+ * Between steps 1 and 2 the logits hook (logits.h) applies the layer's variants to the block's scores.
  * o and l are summed in three levels: a block's positions, the blocks of a group of FDEC_CPU_GROUP_BLOCKS, the groups
  * (cpu.h).
  * Where a KV head's part of a row is 512 bytes or more and feeds at most 4 query heads, step 1 runs first for every
@@ -111,6 +111,32 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
             vreduce_all(acc, sums);
             for (uint32_t h = 0; h < HT; h++)
                 for (uint32_t p = 0; p < np; p++) sT[(size_t)h * NB + j0 + p] = sums[h * P + p];
+        }
+    }
+}
+
+/* ---- the logits hook (logits.h) over a block's scores of R heads from hq, positions t .. t + nb ----
+ * fdec_logit_variant's formulas a vector at a time, over whole vectors (lanes past nb are the softmax's -inf later).
+ * The scores are scaled already (q carries the scale); an infinite one becomes NaN first (0 * inf), as the softmax
+ * would make it, so that the soft-cap's clamp cannot turn it finite. All heads before any softmax step: the heads'
+ * chains of dependent steps (the soft-cap's exponential and reciprocal) then overlap, where head by head, right
+ * before each softmax step, they waited on each other. */
+static const float iota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+ALWAYS_INLINE void logits_hook(const fdec_cpu_args *a, float *sT, uint32_t nb, uint32_t hq, uint64_t t) {
+    const fdec_logits *L = a->logits;
+    const int cap = L->variant & FDEC_LOGITS_SOFTCAP, alibi = L->variant & FDEC_LOGITS_ALIBI;
+    const V c = vset1(cap ? L->softcap : 1.0f), ic = vset1(cap ? 1.0f / L->softcap : 1.0f);
+    const V dist0 = vsub(vset1((float)(a->qpos - t)), vloadf(iota)); /* qpos - (t + j) for the first vector */
+    for (uint32_t h = 0; h < a->R; h++) {
+        float *s = sT + (size_t)h * NB;
+        const V nslope = vset1(alibi ? -L->alibi[hq + h] : 0.0f);
+        V dist = dist0;
+        for (uint32_t j = 0; j < nb; j += VW, dist = vsub(dist, vset1((float)VW))) {
+            V x = vloadf(s + j);
+            x = vfma(vzero(), x, x);
+            if (cap) x = vmul(c, vtanh(vmul(x, ic)));
+            if (alibi) x = vfma(nslope, dist, x);
+            vstoref(s + j, x);
         }
     }
 }
@@ -245,36 +271,13 @@ typedef struct {
     uint64_t t;
 } kv_rows;
 
-/* The logits hook (logits.h) over one head's scores of a block, which are scaled already (q carries the scale):
- * fdec_logit_variant's formulas a vector at a time, over whole vectors (the lanes past nb are the softmax's -inf
- * later). An infinite score becomes NaN first (0 * inf), as the softmax would make it, so that the soft-cap's clamp
- * cannot turn it finite. */
-static const float iota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-ALWAYS_INLINE void logits_hook(const fdec_cpu_args *a, float *s, uint32_t nb, uint32_t h, uint64_t t) {
-    const fdec_logits *L = a->logits;
-    if (L->variant == FDEC_LOGITS_PLAIN) return;
-    const int cap = L->variant & FDEC_LOGITS_SOFTCAP, alibi = L->variant & FDEC_LOGITS_ALIBI;
-    const V c = vset1(cap ? L->softcap : 1.0f), ic = vset1(cap ? 1.0f / L->softcap : 1.0f);
-    const V nslope = vset1(alibi ? -L->alibi[h] : 0.0f);
-    V dist = vsub(vset1((float)(a->qpos - t)), vloadf(iota)); /* qpos - (t + j) for the lanes of the first vector */
-    for (uint32_t j = 0; j < nb; j += VW, dist = vsub(dist, vset1((float)VW))) {
-        V x = vloadf(s + j);
-        x = vfma(vzero(), x, x);
-        if (cap) x = vmul(c, vtanh(vmul(x, ic)));
-        if (alibi) x = vfma(nslope, dist, x);
-        vstoref(s + j, x);
-    }
-}
-
 /* Steps 2 and 3 of a block for the R heads hq .. hq + R of one KV head, whose scores are in sT (R rows of NB); the
  * state is m[R], l[R], o[R][Dp]. kx: the next block's K rows, asked for a second time (CROSS_SHAPE), or NULL. */
 ALWAYS_INLINE void block_out(const fdec_cpu_args *a, const kv_rows *b, uint32_t hq, float *m, float *l, float *o,
                              float *sT, const uint32_t D, const fdec_dtype T, const char *kx) {
     const uint32_t R = a->R, Dp = fdec_cpu_padded_dim(D);
-    for (uint32_t h = 0; h < R; h++) {
-        logits_hook(a, sT + (size_t)h * NB, b->nb, hq + h, b->t);
-        softmax_step(sT + (size_t)h * NB, b->nb, m + h, l + h, o + (size_t)h * Dp, Dp);
-    }
+    if (a->logits->variant != FDEC_LOGITS_PLAIN) logits_hook(a, sT, b->nb, hq, b->t);
+    for (uint32_t h = 0; h < R; h++) softmax_step(sT + (size_t)h * NB, b->nb, m + h, l + h, o + (size_t)h * Dp, Dp);
 #if FDEC_ISA == 2
     /* in the head_dim 512 copies only: compiled into the others, it made them slower by changing their code */
     if (STRASSEN_SHAPE(D, T, R) && b->nb == NB) {

@@ -90,7 +90,6 @@ ALWAYS_INLINE V vfma_bcast(const float *p, V b, V c) {
     return c;
 }
 ALWAYS_INLINE V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
-ALWAYS_INLINE V vdiv(V a, V b) { return _mm512_div_ps(a, b); }
 ALWAYS_INLINE V vadd(V a, V b) { return _mm512_add_ps(a, b); }
 ALWAYS_INLINE V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
 ALWAYS_INLINE V vmax(V a, V b) { return _mm512_max_ps(a, b); } /* NaN in b is returned */
@@ -151,7 +150,6 @@ ALWAYS_INLINE void vstoref(float *p, V x) { _mm256_storeu_ps(p, x); }
 ALWAYS_INLINE V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
 ALWAYS_INLINE V vfma_bcast(const float *p, V b, V c) { return _mm256_fmadd_ps(_mm256_set1_ps(*p), b, c); }
 ALWAYS_INLINE V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
-ALWAYS_INLINE V vdiv(V a, V b) { return _mm256_div_ps(a, b); }
 ALWAYS_INLINE V vadd(V a, V b) { return _mm256_add_ps(a, b); }
 ALWAYS_INLINE V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
 ALWAYS_INLINE V vmax(V a, V b) { return _mm256_max_ps(a, b); }
@@ -215,7 +213,6 @@ ALWAYS_INLINE void vstoref(float *p, V x) { vst1q_f32(p, x); }
 ALWAYS_INLINE V vfma(V a, V b, V c) { return vfmaq_f32(c, a, b); }
 ALWAYS_INLINE V vfma_bcast(const float *p, V b, V c) { return vfmaq_n_f32(c, b, *p); }
 ALWAYS_INLINE V vmul(V a, V b) { return vmulq_f32(a, b); }
-ALWAYS_INLINE V vdiv(V a, V b) { return vdivq_f32(a, b); }
 ALWAYS_INLINE V vadd(V a, V b) { return vaddq_f32(a, b); }
 ALWAYS_INLINE V vsub(V a, V b) { return vsubq_f32(a, b); }
 ALWAYS_INLINE V vmax(V a, V b) { return vmaxq_f32(a, b); } /* a NaN in either is returned */
@@ -256,7 +253,6 @@ ALWAYS_INLINE void vstoref(float *p, V x) { *p = x; }
 ALWAYS_INLINE V vfma(V a, V b, V c) { return a * b + c; }
 ALWAYS_INLINE V vfma_bcast(const float *p, V b, V c) { return *p * b + c; }
 ALWAYS_INLINE V vmul(V a, V b) { return a * b; }
-ALWAYS_INLINE V vdiv(V a, V b) { return a / b; }
 ALWAYS_INLINE V vadd(V a, V b) { return a + b; }
 ALWAYS_INLINE V vsub(V a, V b) { return a - b; }
 ALWAYS_INLINE V vmax(V a, V b) { return (isnan(b) || b > a) ? b : a; }
@@ -335,10 +331,28 @@ ALWAYS_INLINE V vexp(V x) {
 }
 #endif
 
+/* 1 / x for x >= 1: the hardware's estimate and Newton steps (a division's slow issue otherwise), to about 2^-22. */
+ALWAYS_INLINE V vrecip(V x) {
+#if FDEC_ISA == 2
+    V r = _mm512_rcp14_ps(x);
+#elif FDEC_ISA == 1
+    V r = _mm256_rcp_ps(x);
+    r = vmul(r, vfma(vsub(vzero(), x), r, vset1(2.0f)));
+#elif FDEC_ISA == 3
+    V r = vrecpeq_f32(x);
+    r = vmulq_f32(r, vrecpsq_f32(x, r));
+#else
+    return 1.0f / x;
+#endif
+#if FDEC_ISA != 0
+    return vmul(r, vfma(vsub(vzero(), x), r, vset1(2.0f)));
+#endif
+}
+
 /* logits.h's fdec_softcap_tanh a vector at a time: 1 - 2 / (e^2x + 1), x clamped to [-9, 9]; a NaN stays NaN. */
 ALWAYS_INLINE V vtanh(V x) {
     x = vmax(vset1(-9.0f), vmin(vset1(9.0f), x)); /* operands in this order so that NaN stays NaN */
-    return vsub(vset1(1.0f), vdiv(vset1(2.0f), vadd(vexp(vadd(x, x)), vset1(1.0f))));
+    return vfma(vset1(-2.0f), vrecip(vadd(vexp(vadd(x, x)), vset1(1.0f))), vset1(1.0f));
 }
 
 #endif

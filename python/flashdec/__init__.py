@@ -33,7 +33,10 @@ class _LayerC(_C.Structure):
     _fields_ = [("head_dim", _C.c_uint32), ("num_q_heads", _C.c_uint32), ("num_kv_heads", _C.c_uint32),
                 ("scale", _C.c_float), ("window", _C.c_uint32), ("ring_capacity", _C.c_uint32),
                 ("q_dtype", _C.c_int), ("kv_dtype", _C.c_int), ("out_dtype", _C.c_int),
-                ("kv_pos_stride", _C.c_size_t), ("kv_head_stride", _C.c_size_t)]
+                ("kv_pos_stride", _C.c_size_t), ("kv_head_stride", _C.c_size_t),
+                ("softcap", _C.c_float), ("sinks", _C.c_void_p), ("alibi_slopes", _C.c_void_p),
+                ("k_scale", _C.c_float), ("v_scale", _C.c_float), ("k_scales", _C.c_void_p),
+                ("v_scales", _C.c_void_p)]
 
 
 class _OptionsC(_C.Structure):
@@ -253,26 +256,50 @@ def _alloc_lse(q, H):
     return np.empty((H,), dtype=np.float32)
 
 
+def _head_array(x, q, H, what):
+    """A per-head float32 array (sinks, ALiBi slopes) where the backend reads it: contiguous float32 numpy for the
+    CPU, a float32 tensor on q's device for CUDA (converted or copied there if need be). Returns (keep-alive, ptr)."""
+    if x is None:
+        return None, None
+    if q.cuda:
+        import torch
+        t = torch.as_tensor(x, dtype=torch.float32, device=q.obj.device).contiguous()
+        a = t
+    else:
+        if _is_torch(x):
+            if x.is_cuda:
+                raise ValueError(f"{what} is a CUDA tensor but q is on the CPU")
+            x = x.detach().to(dtype=__import__("torch").float32).numpy()
+        import numpy as np
+        a = np.ascontiguousarray(x, dtype=np.float32)
+    if tuple(a.shape) != (H,):
+        raise ValueError(f"{what} must hold one value per query head: shape ({H},), got {tuple(a.shape)}")
+    return a, (a.data_ptr() if q.cuda else a.__array_interface__["data"][0])
+
+
 class Layer:
-    """One model layer's attention shape, for repeated calls without repeated set-up.
+    """One model layer's attention shape and logit variants, for repeated calls without repeated set-up.
 
         layer = flashdec.Layer(window=1024, ring_capacity=1024, scale=1.0, threads=2)
         out = layer(q, k, v, seq_len=n)
     """
 
-    def __init__(self, *, window=0, ring_capacity=0, scale=None, threads=None):
+    def __init__(self, *, window=0, ring_capacity=0, scale=None, threads=None, softcap=None, sinks=None,
+                 alibi_slopes=None):
         self.window, self.ring_capacity, self.scale, self.threads = window, ring_capacity, scale, threads
+        self.variants = dict(softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes)
 
     def __call__(self, q, k, v, *, seq_len=None, out=None, return_lse=False):
         return decode(q, k, v, seq_len=seq_len, window=self.window, ring_capacity=self.ring_capacity,
-                      scale=self.scale, out=out, return_lse=return_lse, threads=self.threads)
+                      scale=self.scale, out=out, return_lse=return_lse, threads=self.threads, **self.variants)
 
     def plan(self, q, k, v, *, seq_len=None):
         return plan(q, k, v, seq_len=seq_len, window=self.window, ring_capacity=self.ring_capacity,
-                    scale=self.scale, threads=self.threads)
+                    scale=self.scale, threads=self.threads, **self.variants)
 
 
-def _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads):
+def _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads, softcap=None, sinks=None,
+             alibi_slopes=None):
     qa, ka, va = _Arr(q, "q"), _Arr(k, "k"), _Arr(v, "v")
     oa = _Arr(out, "out") if out is not None else None
     devices = {x.cuda for x in (qa, ka, va) + ((oa,) if oa else ())}
@@ -295,13 +322,19 @@ def _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads):
     if rows < needed:
         raise ValueError(f"k and v hold {rows} rows but the call may read {needed} (seq_len {seq_len}, "
                          f"ring_capacity {ring_capacity})")
+    H = qa.shape[0]
+    if softcap is not None:
+        lay.softcap = float(softcap)
+    keep = (_head_array(sinks, qa, H, "sinks"), _head_array(alibi_slopes, qa, H, "alibi_slopes"))
+    lay.sinks, lay.alibi_slopes = keep[0][1], keep[1][1]
+    lay._keep = keep  # the arrays live as long as the layer
     stream = _stream_of(qa) if cuda else None
     ctx = _context(cuda, qa.device, stream, threads)
     return qa, ka, va, oa, lay, seq_len, ctx
 
 
 def decode(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, out=None, return_lse=False,
-           threads=None):
+           threads=None, softcap=None, sinks=None, alibi_slopes=None):
     """Decode attention for one query token. Returns out [num_q_heads, head_dim] (and lse [num_q_heads] in
     float32 when return_lse), allocated like q (numpy, or torch on q's device) unless `out` is given.
 
@@ -309,9 +342,14 @@ def decode(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, out=
     (a transposed [num_kv_heads, rows, head_dim] view works without a copy); the innermost dimension contiguous.
     seq_len: positions in the cache (default: rows). window: attend to the last `window` positions (0: all).
     ring_capacity: rows of a ring cache (position t in row t % ring_capacity). scale: None means
-    1/sqrt(head_dim). threads: CPU worker threads (None: all CPUs)."""
+    1/sqrt(head_dim). threads: CPU worker threads (None: all CPUs).
+    Logit variants (flashdec.h, "Logit variants"): softcap: cap the scaled logits at softcap * tanh(s / softcap)
+    (Gemma 2: 50). sinks: [num_q_heads] sink logits, in the softmax's denominator only (gpt-oss; -inf: none).
+    alibi_slopes: [num_q_heads] ALiBi slopes, s_t -= slope * (seq_len - 1 - t). sinks and alibi_slopes are
+    float32 (converted if not), on q's device."""
     global _last_pointers
-    qa, ka, va, oa, lay, seq_len, ctx = _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads)
+    qa, ka, va, oa, lay, seq_len, ctx = _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads,
+                                                 softcap, sinks, alibi_slopes)
     H, D = qa.shape
     result = out if out is not None else _alloc_like(qa, H, D)
     lse = _alloc_lse(qa, H) if return_lse else None
@@ -353,10 +391,12 @@ def merge(outs, lses, *, out=None, return_lse=False):
     return (result, lse) if return_lse else result
 
 
-def plan(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, threads=None):
+def plan(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, threads=None, softcap=None, sinks=None,
+         alibi_slopes=None):
     """The split decode() would use, as a dict: kv_start, kv_end, num_chunks, chunk_len, grouped,
     scratch_bytes, path."""
-    qa, ka, va, oa, lay, seq_len, ctx = _prepare(q, k, v, seq_len, window, ring_capacity, scale, None, threads)
+    qa, ka, va, oa, lay, seq_len, ctx = _prepare(q, k, v, seq_len, window, ring_capacity, scale, None, threads,
+                                                 softcap, sinks, alibi_slopes)
     p = _PlanC()
     _check(_lib.fdec_plan(ctx, _C.byref(lay), seq_len, _C.byref(p)))
     return dict(kv_start=p.kv_start, kv_end=p.kv_end, num_chunks=p.num_chunks, chunk_len=p.chunk_len,

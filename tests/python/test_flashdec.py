@@ -12,8 +12,8 @@ BF16 = ml_dtypes.bfloat16
 TOL = {np.dtype(np.float32): 2e-5, np.dtype(np.float16): 2e-3, np.dtype(BF16): 1.6e-2}
 
 
-def reference(q, k, v, seq_len, window=0, ring=0, scale=None):
-    """float64 out [H, D] and lse [H] straight from the definition."""
+def reference(q, k, v, seq_len, window=0, ring=0, scale=None, softcap=None, sinks=None, alibi_slopes=None):
+    """float64 out [H, D] and lse [H] straight from the definition (flashdec.h, the logit variants too)."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     H, D = q.shape
     G = k.shape[1]
@@ -24,10 +24,16 @@ def reference(q, k, v, seq_len, window=0, ring=0, scale=None):
     for h in range(H):
         g = h // (H // G)
         s = sc * (k[rows, g, :] @ q[h])
-        m = s.max()
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        if alibi_slopes is not None:
+            s = s - float(alibi_slopes[h]) * (seq_len - 1 - np.arange(lo, seq_len))
+        sink = -math.inf if sinks is None else float(sinks[h])
+        m = max(s.max(), sink)
         w = np.exp(s - m)
-        out[h] = w @ v[rows, g, :] / w.sum()
-        lse[h] = m + math.log(w.sum())
+        total = w.sum() + math.exp(sink - m)
+        out[h] = w @ v[rows, g, :] / total
+        lse[h] = m + math.log(total)
     return out, lse
 
 
@@ -216,6 +222,85 @@ def test_torch_cuda_against_sdpa():
     ref = F.scaled_dot_product_attention(q[None, :, None].float(), kh[None].float(), vh[None].float(),
                                          enable_gqa=True)[0, :, 0]
     assert out.is_cuda and (out.float() - ref).abs().max().item() < 2e-3
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_logit_variants(seed):
+    """softcap, sinks and ALiBi, alone and together, with windows and rings, against the reference."""
+    rng = np.random.default_rng(100 + seed)
+    D, G, R = int(rng.choice([7, 64, 128, 256])), int(rng.integers(1, 4)), int(rng.integers(1, 6))
+    H = G * R
+    n = int(rng.integers(1, 900))
+    window, ring, rows, seq_len = 0, 0, n, n
+    if seed % 3 == 1:
+        window = max(1, n // 2)
+    if seed % 3 == 2:
+        window = max(1, n // 2)
+        ring = window + 3
+        rows, seq_len = ring, n + 5 * ring
+    q = rand(rng, (H, D), np.float32, amp=3.0)
+    k = rand(rng, (rows, G, D), np.float16)
+    v = rand(rng, (rows, G, D), np.float16)
+    kinds = seed % 4  # 0: softcap, 1: sinks, 2: ALiBi, 3: all three
+    softcap = float(rng.uniform(0.5, 5)) if kinds in (0, 3) else None
+    sinks = rng.uniform(-3, 8, size=H).astype(np.float32) if kinds in (1, 3) else None
+    if sinks is not None:
+        sinks[0] = -np.inf  # no sink for head 0
+    slopes = (2.0 ** (-8.0 * np.arange(1, H + 1) / H) * 0.1).astype(np.float32) if kinds in (2, 3) else None
+    out, lse = flashdec.decode(q, k, v, seq_len=seq_len, window=window, ring_capacity=ring, return_lse=True,
+                               softcap=softcap, sinks=sinks, alibi_slopes=slopes)
+    ref, ref_lse = reference(q, k, v, seq_len, window, ring, None, softcap, sinks, slopes)
+    check(out, ref, np.float32)
+    assert np.abs(lse - ref_lse).max() <= 1e-4 * (1 + np.abs(ref_lse).max())
+
+
+def test_variants_merge_of_shards():
+    """The header's recipe: the sink in one shard only, each shard's lse moved by -slope * (seq_len - end)."""
+    rng = np.random.default_rng(7)
+    H, G, L, D = 8, 2, 1000, 64
+    q = rand(rng, (H, D), np.float32, amp=2.0)
+    k, v = rand(rng, (L, G, D), np.float32), rand(rng, (L, G, D), np.float32)
+    sinks = rng.uniform(0, 3, size=H).astype(np.float32)
+    slopes = (0.01 * np.arange(1, H + 1)).astype(np.float32)
+    whole, whole_lse = flashdec.decode(q, k, v, return_lse=True, softcap=4.0, sinks=sinks, alibi_slopes=slopes)
+    outs, lses = [], []
+    for a, b in ((0, 300), (300, 301), (301, L)):
+        o, s = flashdec.decode(q, k[a:b], v[a:b], return_lse=True, softcap=4.0, alibi_slopes=slopes,
+                               sinks=sinks if b == L else None)
+        outs.append(o)
+        lses.append((s - slopes * (L - b)).astype(np.float32))
+    out, lse = flashdec.merge(outs, lses, return_lse=True)
+    assert np.abs(out - whole).max() < 1e-5 and np.abs(lse - whole_lse).max() < 1e-4
+
+
+@pytest.mark.parametrize("case", ["softcap", "sinks", "slopes", "sinks_shape"])
+def test_variant_bad_input(case):
+    q = np.zeros((4, 16), np.float32)
+    k = np.zeros((10, 2, 16), np.float16)
+    args = dict(softcap=-1.0) if case == "softcap" else \
+        dict(sinks=np.array([0, np.nan, 0, 0], np.float32)) if case == "sinks" else \
+        dict(alibi_slopes=np.array([0, 0, np.inf, 0], np.float32)) if case == "slopes" else \
+        dict(sinks=np.zeros(3, np.float32))
+    out = np.full((4, 16), 7.0, np.float32)
+    with pytest.raises(ValueError, match="softcap|sinks|alibi_slopes"):
+        flashdec.decode(q, k, k, out=out, **args)
+    assert (out == 7.0).all()
+
+
+def test_torch_cuda_variants():
+    torch = torch_cuda()
+    rng = np.random.default_rng(3)
+    H, G, L, D = 16, 4, 3000, 128
+    q = rand(rng, (H, D), np.float32, amp=3.0)
+    k, v = rand(rng, (L, G, D), np.float16), rand(rng, (L, G, D), np.float16)
+    sinks = rng.uniform(-2, 6, size=H).astype(np.float32)
+    slopes = (2.0 ** (-8.0 * np.arange(1, H + 1) / H) * 0.05).astype(np.float32)
+    out, lse = flashdec.decode(torch.from_numpy(q).cuda(), torch.from_numpy(k).cuda(), torch.from_numpy(v).cuda(),
+                               return_lse=True, softcap=5.0, sinks=torch.from_numpy(sinks).cuda(),
+                               alibi_slopes=slopes)  # a numpy array is copied to the device
+    ref, ref_lse = reference(q, k, v, L, softcap=5.0, sinks=sinks, alibi_slopes=slopes)
+    assert np.abs(out.cpu().numpy() - ref).max() < 2e-5
+    assert np.abs(lse.cpu().numpy() - ref_lse).max() < 1e-4
 
 
 def test_torch_cuda_merge_of_shards():

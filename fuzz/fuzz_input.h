@@ -58,6 +58,7 @@ typedef struct {
     int must_refuse;              /* the cache's last byte lies past the address space: the call must fail */
     size_t qe, kv_elems;          /* elements of q and out, and of K and V up to the last one the strides reach */
     size_t qes, kes, oes;         /* element sizes (2 for a dtype out of range) */
+    unsigned variants;            /* 1: softcap set (any bits), 2: sinks, 4: ALiBi slopes (arrays the harness fills) */
 } fuzz_case;
 
 /* The most K (or V) elements a case may reach: 2^18 for the fuzzers (and cache rows x position stride at most 1e6,
@@ -102,6 +103,12 @@ static inline int fuzz_case_read(reader *r, fuzz_case *c) {
     if (c->qe > ((size_t)1 << 16) || H > 1024) return 0;
     c->kes = fuzz_elem_size(L->kv_dtype), c->qes = fuzz_elem_size(L->q_dtype), c->oes = fuzz_elem_size(L->out_dtype);
     c->finite = take(r, 1) < 200;
+    c->variants = take(r, 1) & 7;
+    if (c->variants & 1) {
+        const uint32_t cb = take(r, 4);
+        memcpy(&L->softcap, &cb, 4);
+        if (take(r, 1) < 160) L->softcap = 0.5f + (float)(cb % 1000) / 10.0f; /* mostly a valid cap */
+    }
     return 1;
 }
 

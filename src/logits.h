@@ -12,6 +12,7 @@
 
 #include "hd.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -34,10 +35,15 @@ FDEC_HD float fdec_softcap_tanh(float x) {
 }
 
 /* The logit of a scaled dot product s of query head h at key position t, for the query at position qpos. An
- * infinite s (an inf in q or K) stays infinite, so that the kernels make the head NaN. */
+ * infinite s (an inf in q or K) stays infinite, so that the kernels make the head NaN. An ALiBi bias past f32's range
+ * leaves the logit at -FLT_MAX, a weight of 0 (the CPU's softmax would take -inf for an inf input); the GPU kernels
+ * take -inf as a weight of 0 and need no clamp. */
 FDEC_HD float fdec_logit_variant(const fdec_logits *L, float s, uint32_t h, uint64_t t, uint64_t qpos) {
     if (L->variant & FDEC_LOGITS_SOFTCAP && s - s == 0.0f) s = L->softcap * fdec_softcap_tanh(s / L->softcap);
-    if (L->variant & FDEC_LOGITS_ALIBI) s -= L->alibi[h] * (float)(qpos - t);
+    if (L->variant & FDEC_LOGITS_ALIBI) {
+        const float b = s - L->alibi[h] * (float)(qpos - t);
+        s = b < -FLT_MAX ? -FLT_MAX : b;
+    }
     return s;
 }
 
@@ -49,7 +55,7 @@ FDEC_HD float fdec_logit2(const fdec_logits *L, float s2, uint32_t h, uint64_t t
         const float c2 = L->softcap * log2e; /* c tanh(s / c) in base 2: c2 tanh(s2 / c2) */
         s2 = c2 * fdec_softcap_tanh(s2 / c2);
     }
-    if (L->variant & FDEC_LOGITS_ALIBI) s2 -= L->alibi[h] * log2e * (float)(qpos - t);
+    if (L->variant & FDEC_LOGITS_ALIBI) s2 -= L->alibi[h] * ((float)(qpos - t) * log2e); /* slope x 0 at qpos */
     return s2;
 }
 

@@ -24,6 +24,10 @@ bad "unknown preset" bench --preset nosuch
 bad "--reps" bench --reps 0
 bad "--gpus" bench --gpus 65
 bad "unknown option" bench --nosuch 1
+bad "--softcap" bench --softcap -3
+bad "--softcap" bench --softcap abc
+bad "unknown variant" bench --variants plain,nosuch
+bad "--variants" bench --variants plain,sinks --alibi
 bad "unknown command" nosuch
 v=$("$tool" --version); n=$((n + 1))
 [[ "$v" =~ ^flashdec\ [0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "FAIL: flashdec --version printed '$v'"; fail=$((fail + 1)); }

@@ -533,7 +533,7 @@ static int cmd_bench(int argc, char **argv, int demo) {
         }
         else return usage_error(cmd, "unknown option '%s'", a);
     }
-    if (nvar && (cap || sinks || alibi))
+    if (nvar && (sinks || alibi))
         return usage_error(cmd, "%s", "--variants names the variants itself: leave out --sinks and --alibi "
                                       "(--softcap sets its cap)");
     for (int i = 0; i < nvar; i++)

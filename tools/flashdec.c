@@ -413,7 +413,8 @@ static const char *bench_help =
     "  --json FILE           also write the results as JSON\n"
     "  --gpus N              sequence-parallel decode over N GPUs (libflashdec_nccl, one process a GPU):\n"
     "                        each holds L/N positions; prints the single-GPU and N-GPU times, the speedup and\n"
-    "                        the largest difference between the two results (default --ctx 4194304)\n";
+    "                        the largest difference between the two results (default --ctx 4194304); with\n"
+    "                        --softcap, --sinks or --alibi, of calls with those logit variants\n";
 
 static const char *g_argv0 = "flashdec"; /* to find libflashdec_nccl.so beside the tool */
 
@@ -545,12 +546,13 @@ static int cmd_bench(int argc, char **argv, int demo) {
     if (custom.D) sel[nsel++] = &custom;
     if (!nsel)
         for (int i = 0; i < NPRESETS; i++) sel[nsel++] = &presets[i];
+    if (gpus && nvar > 1) return usage_error(cmd, "%s", "--gpus takes one set of logit variants, not --variants");
     if (gpus) { /* sequence-parallel mode: f16 K/V, f32 q/out, contiguous cache (a preset's ring is dropped) */
         if (!ctx_given) ctxs[0] = 4194304, nctx = 1;
         int rc = 0;
         for (int i = 0; i < nsel; i++) {
             sp_bench_args sb = {sel[i]->name, sel[i]->D, sel[i]->H, sel[i]->G, sel[i]->window, sel[i]->scale,
-                                ctxs, nctx, gpus, bo.reps};
+                                ctxs, nctx, gpus, bo.reps, vars[0].softcap, vars[0].sinks, vars[0].alibi};
             const int r = fd_sp_bench(&sb, g_argv0);
             if (r == 3) return 1; /* cannot run here at all: said once */
             rc |= r;

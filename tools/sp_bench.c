@@ -129,6 +129,17 @@ static int rank_main(const sp_api *api, int n, int rank, int idfd_in, const int 
     memset(&lay, 0, sizeof lay);
     lay.head_dim = b->D, lay.num_q_heads = b->H, lay.num_kv_heads = b->G, lay.window = b->window;
     lay.kv_dtype = FDEC_F16, lay.q_dtype = FDEC_F32, lay.out_dtype = FDEC_F32, lay.scale = b->scale;
+    lay.softcap = b->softcap;
+    /* sinks and ALiBi slopes, the same on every rank, on the device */
+    float hv[2][1024];
+    float *dv[2] = {NULL, NULL};
+    for (int a = 0; a < 2; a++) {
+        if (!(a ? b->alibi : b->sinks) || b->H > 1024) continue;
+        for (uint32_t h = 0; h < b->H; h++) hv[a][h] = a ? (float)pow(2.0, -8.0 * (h + 1) / b->H) : 2.0f * h / b->H;
+        if (!(dv[a] = fd_dev_alloc(sizeof(float) * b->H)) || fd_h2d(dv[a], hv[a], sizeof(float) * b->H))
+            return fprintf(stderr, "rank %d: copying the variants' arrays failed\n", rank), 1;
+    }
+    lay.sinks = dv[0], lay.alibi_slopes = dv[1];
     const size_t row = (size_t)b->G * b->D * 2;
     /* the tile and q: the same on every rank (fixed seeds) */
     char *tile = malloc(TILE * row * 2);
@@ -184,6 +195,7 @@ static int rank_main(const sp_api *api, int n, int rank, int idfd_in, const int 
     api->destroy(sp);
     fdec_context_destroy(ctx);
     fd_dev_free(k), fd_dev_free(v), fd_dev_free(q), fd_dev_free(out), fd_dev_free(lse);
+    fd_dev_free(dv[0]), fd_dev_free(dv[1]);
     fd_dev_stream_destroy(stream);
     free(tile), free(hq), free(single);
     return bad;

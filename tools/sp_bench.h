@@ -10,6 +10,8 @@ typedef struct {
     float scale;
     const uint32_t *ctx;
     int nctx, gpus, reps;
+    float softcap;    /* the logit variants (0: off): the sharded result must match the single-GPU one with them */
+    int sinks, alibi;
 } sp_bench_args;
 
 /* Runs the multi-GPU table (one line per context length); `self` is argv[0], to find libflashdec_nccl.so

@@ -138,6 +138,8 @@ fdec_status fdec_problem_init(const fdec_layer *L, uint32_t seq_len, fdec_proble
     p->logits.sinks = L->sinks;
     p->seq_len = seq_len;
     p->qpos = seq_len - 1;
+    p->nq = 1;
+    p->window = L->window;
     p->lo = (L->window && seq_len > L->window) ? seq_len - L->window : 0;
     p->kv.ring = L->ring_capacity;
     p->qt = L->q_dtype;

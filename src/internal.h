@@ -16,11 +16,22 @@ typedef struct {
     uint32_t D, H, G, R;    /* head_dim, q heads, kv heads, q heads per kv head */
     fdec_logits logits;     /* the scale (resolved: 0 became 1/sqrt(head_dim)) and the variant */
     uint32_t seq_len;
-    uint32_t lo;            /* first attended position */
-    uint32_t qpos;          /* the query's position, from which ALiBi counts (seq_len - 1 but in a shard's call) */
+    uint32_t lo;            /* first attended position (of the first query token) */
+    uint32_t qpos;          /* the last query token's position, from which ALiBi counts (seq_len - 1 but in a shard's
+                               call) */
+    uint32_t nq;            /* query tokens, 1..FDEC_MAX_Q_LEN: q, out and lse hold nq rows of H heads */
+    uint32_t window;        /* the layer's window (0: none), for the tokens' ranges (fdec_token_lo) */
     fdec_dtype qt, kvt, ot;
     fdec_kv_layout kv;      /* where the K/V rows are (kv.h) */
 } fdec_problem;
+
+/* Query token i's position and the first position it attends (flashdec.h, "Rows"): token nq - 1 is at qpos, the
+ * ones before it one position earlier each, and each attends [lo, its position] (causal among the new tokens). */
+static inline uint64_t fdec_token_pos(const fdec_problem *p, uint32_t i) { return (uint64_t)p->qpos - (p->nq - 1 - i); }
+static inline uint64_t fdec_token_lo(const fdec_problem *p, uint32_t i) {
+    const uint64_t t = fdec_token_pos(p, i);
+    return p->window && t + 1 > p->window ? t + 1 - p->window : 0;
+}
 
 /* Split geometry (plan.c), the same rule for every backend given its parallelism. */
 typedef struct {
@@ -80,7 +91,7 @@ uint32_t fdec_work_list(const fdec_split *s, uint32_t seq, uint32_t G, uint32_t 
  * rounded up to CHUNK_ALIGN, which can leave a longer call fewer chunks), so this is the count before rounding. */
 uint32_t fdec_split_bound(const fdec_problem *p, uint32_t lanes, uint32_t min_chunk, uint32_t max_chunks);
 
-/* ref.c: float64 reference. out_f64 [H][D], lse_f64 [H] (may be NULL). */
+/* ref.c: float64 reference. out_f64 [nq][H][D], lse_f64 [nq][H] (may be NULL). */
 void fdec_reference(const fdec_problem *p, const void *q, const void *k, const void *v, double *out_f64,
                     double *lse_f64);
 

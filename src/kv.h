@@ -1,11 +1,14 @@
 /* kv.h — the K/V address rule: where the vector of position t and KV head g lives. Every reader of a cache (the
  * reference, the CPU kernels, the CUDA kernels, the tools) asks here.
  *
- *     element offset = seq * ss + row(t) * ps + g * hs,    row(t) = ring ? t % ring : t
+ *     element offset = seq * ss + pos(t) + g * hs
+ *     pos(t) = row(t) * ps,  row(t) = ring ? t % ring : t                       (a contiguous cache)
+ *     pos(t) = pages[t / page_size] * page_stride + (t % page_size) * ps       (a paged cache)
  *
  * ps, hs: the layer's position and head strides (elements); ss: elements between the caches of the sequences of a
- * batch (0 for a single call); ring: the ring capacity (0: contiguous). Rows of consecutive positions are ps apart
- * up to the ring's end (fdec_kv_run), which is what the kernels stream. */
+ * batch (0 for a single call or a paged cache); ring: the ring capacity (0: contiguous); pages: the sequence's row of
+ * the page table. Rows of consecutive positions are ps apart up to the ring's end or the page's (fdec_kv_run), which
+ * is what the kernels stream. */
 #ifndef FDEC_KV_H
 #define FDEC_KV_H
 
@@ -15,8 +18,11 @@
 #include <stdint.h>
 
 typedef struct {
-    size_t ps, hs, ss; /* position, head and sequence strides, elements */
-    uint32_t ring;     /* 0 or the ring capacity */
+    size_t ps, hs, ss;    /* position, head and sequence strides, elements */
+    uint32_t ring;        /* 0 or the ring capacity */
+    uint32_t page_size;   /* 0 (contiguous) or the positions of a page */
+    size_t page_stride;   /* elements between pages */
+    const int32_t *pages; /* a paged cache: the sequence's page ids, position t in pages[t / page_size] */
 } fdec_kv_layout;
 
 /* Overflow-checked size arithmetic, for every sum and product of strides, rows and offsets: 1 and *r = a * b (a + b),
@@ -51,16 +57,23 @@ FDEC_HD uint32_t fdec_kv_ring_row(uint32_t ring, uint32_t lo_row, uint32_t d) {
     return row >= ring ? row - ring : row;
 }
 
-/* How many of the n positions from t have rows ps apart, starting at row(t): n, or fewer where the ring ends. The
- * kernels stream such runs; a layout that breaks rows apart elsewhere (pages) ends a run there too. */
+/* How many of the n positions from t have rows ps apart, starting at pos(t): n, or fewer where the ring or the page
+ * ends. The kernels stream such runs. */
 FDEC_HD uint64_t fdec_kv_run(const fdec_kv_layout *L, uint64_t t, uint64_t n) {
-    const uint64_t left = L->ring ? L->ring - t % L->ring : n;
+    const uint64_t left = L->page_size ? L->page_size - t % L->page_size : L->ring ? L->ring - t % L->ring : n;
     return left < n ? left : n;
+}
+
+/* The element offset of position t's vector of KV head 0. */
+FDEC_HD size_t fdec_kv_pos(const fdec_kv_layout *L, uint64_t t) {
+    if (L->page_size)
+        return (size_t)L->pages[t / L->page_size] * L->page_stride + (size_t)(t % L->page_size) * L->ps;
+    return (size_t)fdec_kv_row(L, t) * L->ps;
 }
 
 /* The element offset of position t, KV head g, of sequence seq. */
 FDEC_HD size_t fdec_kv_offset(const fdec_kv_layout *L, uint32_t seq, uint64_t t, uint32_t g) {
-    return (size_t)seq * L->ss + (size_t)fdec_kv_row(L, t) * L->ps + (size_t)g * L->hs;
+    return (size_t)seq * L->ss + fdec_kv_pos(L, t) + (size_t)g * L->hs;
 }
 
 #endif

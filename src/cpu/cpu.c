@@ -174,16 +174,25 @@ typedef struct {
     size_t q, m, l, o, s, total; /* byte offsets into the scratch */
 } layout;
 
+/* The kernel's rows of a call (cpu.h): every query token's heads. */
+static uint32_t rows_of(const fdec_problem *p) { return p->H * p->nq; }
+
+/* The call's row (token i, head h: i H + h, as q, out and lse hold them) of the kernel's row x (cpu.h's order). */
+static size_t call_row(const fdec_problem *p, uint32_t x) {
+    const uint32_t Rq = p->R * p->nq, g = x / Rq, tok = (x % Rq) / p->R, r = x % p->R;
+    return (size_t)tok * p->H + (size_t)g * p->R + r;
+}
+
 /* nc partial states; nq copies of q and nq kernel work areas, one each a run (run_task) */
 static layout scratch_layout(const fdec_problem *p, uint32_t nc, uint32_t nq) {
-    const size_t Dp = fdec_cpu_padded_dim(p->D), F = sizeof(float);
+    const size_t Dp = fdec_cpu_padded_dim(p->D), F = sizeof(float), H = rows_of(p);
     layout L;
     L.q = 0;
-    L.m = ALIGN64(L.q + (size_t)nq * p->H * Dp * F);
-    L.l = ALIGN64(L.m + (size_t)nc * p->H * F);
-    L.o = ALIGN64(L.l + (size_t)nc * p->H * F);
-    L.s = ALIGN64(L.o + (size_t)nc * p->H * Dp * F);
-    L.total = ALIGN64(L.s + (size_t)nq * fdec_cpu_work_floats(p->H, p->D) * F);
+    L.m = ALIGN64(L.q + (size_t)nq * H * Dp * F);
+    L.l = ALIGN64(L.m + (size_t)nc * H * F);
+    L.o = ALIGN64(L.l + (size_t)nc * H * F);
+    L.s = ALIGN64(L.o + (size_t)nc * H * Dp * F);
+    L.total = ALIGN64(L.s + (size_t)nq * fdec_cpu_work_floats((uint32_t)H, p->D) * F);
     return L;
 }
 
@@ -270,13 +279,13 @@ static int steal(const run_ctx *r, uint32_t self) {
     }
 }
 
-/* q [H][D] of type qt into qs [H][Dp] f32, times scale, zero-padded */
+/* q [nq][H][D] of type qt into qs [rows][Dp] f32 in the kernel's row order, times scale, zero-padded */
 static void load_q(const fdec_problem *p, const void *q, float *qs, fdec_cpu_cvt_in_fn cvt) {
     const uint32_t Dp = fdec_cpu_padded_dim(p->D);
-    for (uint32_t h = 0; h < p->H; h++) {
-        cvt(qs + (size_t)h * Dp, (const char *)q + fdec_dtype_bytes(p->qt, (size_t)h * p->D), p->D, p->qt,
+    for (uint32_t x = 0; x < rows_of(p); x++) {
+        cvt(qs + (size_t)x * Dp, (const char *)q + fdec_dtype_bytes(p->qt, call_row(p, x) * p->D), p->D, p->qt,
             p->logits.scale);
-        for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)h * Dp + d] = 0.0f;
+        for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)x * Dp + d] = 0.0f;
     }
 }
 
@@ -341,18 +350,19 @@ static void finish_row(float *acc, uint32_t D, float M, float L, void *out, fdec
 static void merge_task(void *arg, uint32_t i, uint32_t n) {
     const run_ctx *r = arg;
     const fdec_problem *p = r->p;
-    const uint32_t nc = r->nc, h0 = (uint32_t)((uint64_t)i * p->H / n), h1 = (uint32_t)((uint64_t)(i + 1) * p->H / n);
+    const uint32_t H = rows_of(p), nc = r->nc, h0 = (uint32_t)((uint64_t)i * H / n), h1 = (uint32_t)((uint64_t)(i + 1) * H / n);
     const size_t Dp = fdec_cpu_padded_dim(p->D);
     for (uint32_t h = h0; h < h1; h++) {
         float w[MAX_STATES], L;
-        float M = fdec_merge_weights(nc, r->m + h, p->H, r->l + h, p->H, w, &L);
-        const float f = fdec_state_sink(&M, &L, fdec_logit_sink(&p->logits, h)); /* the sink's share, once */
+        const size_t row = call_row(p, h); /* the token's row of q, out and lse */
+        float M = fdec_merge_weights(nc, r->m + h, H, r->l + h, H, w, &L);
+        const float f = fdec_state_sink(&M, &L, fdec_logit_sink(&p->logits, (uint32_t)(row % p->H))); /* once */
         if (f != 1.0f)
             for (uint32_t c = 0; c < nc; c++) w[c] *= f;
         float *acc = r->o + (size_t)h * Dp;
-        for (uint32_t c = 0; c < nc; c++) fdec_state_add(acc, r->o + ((size_t)c * p->H + h) * Dp, w[c], p->D, c == 0);
-        finish_row(acc, p->D, M, L, (char *)r->out + fdec_dtype_bytes(p->ot, (size_t)h * p->D), p->ot,
-                   r->lse ? r->lse + h : NULL, r->c->cvt_out);
+        for (uint32_t c = 0; c < nc; c++) fdec_state_add(acc, r->o + ((size_t)c * H + h) * Dp, w[c], p->D, c == 0);
+        finish_row(acc, p->D, M, L, (char *)r->out + fdec_dtype_bytes(p->ot, row * p->D), p->ot,
+                   r->lse ? r->lse + row : NULL, r->c->cvt_out);
     }
 }
 
@@ -410,12 +420,13 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     fdec_status st = ensure_scratch(c, L.total);
     if (st) return st;
     char *base = c->scratch;
-    fdec_cpu_args a = {p->D, p->H, p->G, p->R, p->kv, p->kvt, k, v, NULL, &p->logits, p->qpos, pf_distance(c, p->D)};
+    fdec_cpu_args a = {p->D,    rows_of(p), p->G,     p->R * p->nq,         p->kv, p->kvt, k, v, NULL, &p->logits,
+                       p->qpos, pf_distance(c, p->D), p->nq, p->window};
     run_ctx r = {&a, p, q, (float *)(base + L.q), c, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
                  (float *)(base + L.s), runs, run, item, nc, out, lse};
     for (uint32_t i = 0; i < runs; i++) atomic_init(&run[i].w, run_pack(first[i], first[i + 1]));
     run_tasks(c, run_task, &r, runs);
-    run_tasks(c, merge_task, &r, runs < p->H ? runs : p->H); /* a one-chunk call has one run: one task */
+    run_tasks(c, merge_task, &r, runs < a.H ? runs : a.H); /* a one-chunk call has one run: one task */
     return FDEC_OK;
 }
 

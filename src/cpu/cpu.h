@@ -24,6 +24,8 @@ static inline size_t fdec_cpu_work_floats(uint32_t H, uint32_t D) {
     return (size_t)H * (FDEC_CPU_NB + 2 * (Dp + 16)) + (size_t)H * Dp + (2 * (size_t)H + 15) / 16 * 16;
 }
 
+/* The kernel's rows: the nq query tokens' heads, grouped by KV head: row g R + i (R / nq) + r is token i's query head
+ * g (R / nq) + r. H and R count rows (nq times the layer's heads). */
 typedef struct {
     uint32_t D, H, G, R;     /* Dp below: fdec_cpu_padded_dim(D), the row pitch of q and o */
     fdec_kv_layout kv;       /* the address rule (kv.h) */
@@ -31,8 +33,9 @@ typedef struct {
     const void *k, *v;       /* the sequence's cache (kv.ss already applied) */
     const float *q;          /* [H][Dp] f32, pre-multiplied by scale, zero-padded */
     const fdec_logits *logits;
-    uint64_t qpos;           /* the query's position (the logits hook's) */
+    uint64_t qpos;           /* the last query token's position (the logits hook's) */
     uint32_t pf_blocks;      /* blocks ahead the kernel prefetches rows (>= 1): pf_distance (cpu.c) */
+    uint32_t nq, window;     /* query tokens; the window, for each token's range (fdec_token_lo) */
 } fdec_cpu_args;
 
 /* The prefetch distance in blocks for this machine: 1 on Intel processors, 2 elsewhere (TUNING.md). */

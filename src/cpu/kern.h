@@ -116,31 +116,42 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
     }
 }
 
-/* ---- the logits hook (logits.h) over a block's scores of R heads from hq, positions t .. t + nb ----
+/* ---- the logits hook (logits.h) over a block's scores of the R rows of KV head g, positions t .. t + nb ----
  * fdec_logit_variant's formulas a vector at a time, over whole vectors (lanes past nb are the softmax's -inf later).
  * The scores are scaled already (q carries the scale); an infinite one becomes NaN first (0 * inf), as the softmax
- * would make it, so that the soft-cap's clamp cannot turn it finite. All heads before any softmax step: the heads'
- * chains of dependent steps (the soft-cap's exponential and reciprocal) then overlap, where head by head, right
- * before each softmax step, they waited on each other. */
+ * would make it, so that the soft-cap's clamp cannot turn it finite. With several query tokens, a row's positions
+ * outside its token's range [lo, its position] (the causal mask and the token's window) get -FLT_MAX: a weight of 0
+ * once any attended position is merged in (every token attends its own position), and no NaN where a block or a
+ * chunk holds none. All rows before any softmax step: their chains of dependent steps (the soft-cap's exponential
+ * and reciprocal) then overlap, where row by row, right before each softmax step, they waited on each other. Not
+ * inlined: it runs once a block, and inlined into the decode loop it made the plain call of head_dim 512 2-3% slower
+ * by changing that loop's code. */
 static const float iota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-/* Not inlined: once a block, and inlined into the decode loop it made the plain call of head_dim 512 2-3% slower by
- * changing that loop's code. */
-static __attribute__((noinline)) void logits_hook(const fdec_cpu_args *a, float *sT, uint32_t nb, uint32_t hq, uint64_t t) {
+static __attribute__((noinline)) void logits_hook(const fdec_cpu_args *a, float *sT, uint32_t nb, uint32_t g,
+                                                  uint64_t t) {
     const fdec_logits *L = a->logits;
     const int cap = L->variant & FDEC_LOGITS_SOFTCAP, alibi = L->variant & FDEC_LOGITS_ALIBI;
     const V c = vset1(cap ? L->softcap : 1.0f), ic = vset1(cap ? 1.0f / L->softcap : 1.0f);
-    const V dist0 = vsub(vset1((float)(a->qpos - t)), vloadf(iota)); /* qpos - (t + j) for the first vector */
+    const uint32_t R0 = a->R / a->nq; /* the layer's query heads a KV head */
     for (uint32_t h = 0; h < a->R; h++) {
         float *s = sT + (size_t)h * NB;
-        const V nslope = vset1(alibi ? -L->alibi[hq + h] : 0.0f);
-        V dist = dist0;
-        for (uint32_t j = 0; j < nb; j += VW, dist = vsub(dist, vset1((float)VW))) {
-            V x = vloadf(s + j);
-            x = vfma(vzero(), x, x);
-            if (cap) x = vmul(c, vtanh(vmul(x, ic)));
-            if (alibi) x = vmax(vset1(-FLT_MAX), vfma(nslope, dist, x)); /* a bias past f32: weight 0, not NaN */
-            vstoref(s + j, x);
+        const uint32_t tok = h / R0, head = g * R0 + h % R0;
+        const uint64_t qpos = a->qpos - (a->nq - 1 - tok), lo = a->window && qpos + 1 > a->window ? qpos + 1 - a->window : 0;
+        if (cap || alibi) {
+            const V nslope = vset1(alibi ? -L->alibi[head] : 0.0f);
+            /* qpos - (t + j) for the first vector's lanes (negative past the token: masked below) */
+            V dist = vsub(vset1((float)((int64_t)qpos - (int64_t)t)), vloadf(iota));
+            for (uint32_t j = 0; j < nb; j += VW, dist = vsub(dist, vset1((float)VW))) {
+                V x = vloadf(s + j);
+                x = vfma(vzero(), x, x);
+                if (cap) x = vmul(c, vtanh(vmul(x, ic)));
+                if (alibi) x = vmax(vset1(-FLT_MAX), vfma(nslope, dist, x)); /* a bias past f32: weight 0, not NaN */
+                vstoref(s + j, x);
+            }
         }
+        if (a->nq > 1 && (t < lo || t + nb - 1 > qpos))
+            for (uint32_t j = 0; j < nb; j++)
+                if (t + j < lo || t + j > qpos) s[j] = -FLT_MAX;
     }
 }
 
@@ -279,7 +290,10 @@ typedef struct {
 ALWAYS_INLINE void block_out(const fdec_cpu_args *a, const kv_rows *b, uint32_t hq, float *m, float *l, float *o,
                              float *sT, const uint32_t D, const fdec_dtype T, const char *kx) {
     const uint32_t R = a->R, Dp = fdec_cpu_padded_dim(D);
-    if (a->logits->variant != FDEC_LOGITS_PLAIN) logits_hook(a, sT, b->nb, hq, b->t);
+    /* the hook where a variant is on, or where the block reaches past the first query token or, with a window,
+     * below the last token's range (several tokens) */
+    const int edge = a->nq > 1 && (b->t + b->nb + a->nq > a->qpos + 2 || (a->window && b->t + a->window < a->qpos + 1));
+    if (a->logits->variant != FDEC_LOGITS_PLAIN || edge) logits_hook(a, sT, b->nb, hq / R, b->t);
     for (uint32_t h = 0; h < R; h++) softmax_step(sT + (size_t)h * NB, b->nb, m + h, l + h, o + (size_t)h * Dp, Dp);
 #if FDEC_ISA == 2
     /* in the head_dim 512 copies only: compiled into the others, it made them slower by changing their code */
@@ -362,21 +376,23 @@ ALWAYS_INLINE void qk_rowmajor(const fdec_cpu_args *a, const kv_rows *b, size_t 
     }
 }
 
-/* Block geometry: the rows of positions [t, t + nb), none from `end` on; a block is a run of the address rule (kv.h),
- * so it never crosses the ring's end. */
+/* Block geometry: the rows of positions [t, t + nb), none from `end` on, from element offset off (KV head 0); a block
+ * is a run of the address rule (kv.h), so it never crosses the ring's end or a page's. */
 typedef struct {
-    uint64_t row, nb;
+    size_t off;
+    uint64_t nb;
 } block_span;
 ALWAYS_INLINE block_span block_at(const fdec_cpu_args *a, uint64_t t, uint64_t end) {
     const uint64_t n = t >= end ? 0 : end - t < NB ? end - t : NB;
-    const block_span b = {fdec_kv_row(&a->kv, t), n ? fdec_kv_run(&a->kv, t, n) : 0};
+    const block_span b = {n ? fdec_kv_pos(&a->kv, t) : 0, n ? fdec_kv_run(&a->kv, t, n) : 0};
     return b;
 }
 
 /* All of one block's rows of KV head g asked for at once (a cold chunk's first block, head by head). */
 ALWAYS_INLINE void prefetch_block_head(const fdec_cpu_args *a, block_span b, uint32_t g, size_t rstride,
                                        size_t hstride, size_t hb) {
-    prefetch_head((const char *)a->k, (const char *)a->v, b.row * rstride + g * hstride, b.nb, rstride, hb);
+    const size_t es = fdec_dtype_size(a->kvt);
+    prefetch_head((const char *)a->k, (const char *)a->v, b.off * es + g * hstride, b.nb, rstride, hb);
 }
 
 ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, float *m, float *l, float *o,
@@ -421,7 +437,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
                 /* heads apart (e.g. [head][pos][dim]): a span each; else (dense rows) one span holds every head */
                 const uint32_t ng = hstride >= span ? a->G : 1;
                 for (uint32_t g = 0; g < ng; g++) {
-                    const size_t at = w.row * rstride + g * hstride;
+                    const size_t at = w.off * es + g * hstride;
                     for (size_t b = 0; b < span; b += 4096) PF_LINE(kc + at + b), PF_LINE(vc + at + b);
                 }
             }
@@ -435,7 +451,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
         if ((g) + 1 < a->G) prefetch_block_head(a, cur, (g) + 1, rstride, hstride, hb);                         \
         prefetch_block_head(a, second, (g), rstride, hstride, hb);                                              \
     } while (0)
-        kv_rows b = {kc + cur.row * rstride, vc + cur.row * rstride, kc + nxt.row * rstride, vc + nxt.row * rstride,
+        kv_rows b = {kc + cur.off * es, vc + cur.off * es, kc + nxt.off * es, vc + nxt.off * es,
                      rstride, (uint32_t)cur.nb, (uint32_t)nxt.nb, t};
         if (rowmajor) {
             if (ramp) /* all at once: the scores need every head of the first block first */

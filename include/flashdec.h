@@ -190,6 +190,73 @@ FDEC_API fdec_status fdec_decode(fdec_context *ctx, const fdec_layer *layer, uin
  * fdec_decode does. */
 FDEC_API fdec_status fdec_plan(fdec_context *ctx, const fdec_layer *layer, uint32_t seq_len, fdec_plan_info *info);
 
+/* ---- batches: many sequences, paged caches, several query tokens a sequence ----
+ *
+ * One call serves a step of a serving engine: num_seqs sequences, each with its own length and 1..FDEC_MAX_Q_LEN new
+ * query tokens (speculative decoding verifies a draft of several), from contiguous caches or from a paged cache.
+ *
+ * Rows. q, out and lse hold one row per query token: the sequences in order, each sequence's tokens in order
+ * ([rows][num_q_heads][head_dim], rows = the sum of q_lens). Token i of a sequence with q_len tokens sits at
+ * position p = seq_len - q_len + i (its own K/V and those of the tokens before it already written) and attends
+ * [lo, p] with lo = window ? max(0, p + 1 - window) : 0: causal among the new tokens. A single fdec_decode is a
+ * batch of one sequence and one token.
+ *
+ * Caches. Within a page (or a sequence's contiguous cache) the layer's kv_pos_stride and kv_head_stride apply, so
+ * pages may be [slot][kv_head][dim] or [kv_head][slot][dim]. page_size 0: sequence b's cache starts at
+ * k + b * kv_seq_stride (elements), rows as in fdec_decode (a ring too). page_size > 0: position t of sequence b is
+ * slot t % page_size of page page_table[b * max_pages + t / page_size], which starts at k + page * kv_page_stride.
+ * Page entries of positions a sequence does not attend are never read (they may be -1). A ring with pages is bad
+ * input.
+ *
+ * The K/V of a GQA group are read once per sequence for all its query heads and all its tokens. Batch invariance: a
+ * sequence's output bits do not depend on the other sequences of the batch, nor on num_seqs.
+ *
+ * On the CPU every pointer is a host pointer and every value (lengths, page ids) is checked before anything is
+ * written. The CUDA backend does not serve batches in this release (FDEC_EUNSUPPORTED). */
+#define FDEC_MAX_Q_LEN 16
+
+typedef struct {
+    uint32_t num_seqs;
+    const uint32_t *seq_lens;   /* [num_seqs]: positions in each sequence's cache, its new tokens included */
+    const uint32_t *q_lens;     /* NULL: one query token a sequence; else [num_seqs], 1..max_q_len, <= seq_len */
+    uint32_t max_seq_len;       /* bounds seq_lens; with max_q_len it fixes the plan */
+    uint32_t max_q_len;         /* bounds q_lens, 1..FDEC_MAX_Q_LEN (0 means 1) */
+    size_t kv_seq_stride;       /* page_size 0: elements between the sequences' caches (0 with one sequence) */
+    uint32_t page_size;         /* > 0: a paged cache */
+    const int32_t *page_table;  /* [num_seqs][max_pages] page ids */
+    uint32_t max_pages, num_pages; /* the table's width; pages in the pool (ids must be below) */
+    size_t kv_page_stride;      /* elements between pages; 0: page_size * kv_pos_stride */
+} fdec_batch;
+
+/* Decode attention for a batch (above): q [rows][num_q_heads][head_dim] of q_dtype, out likewise of out_dtype, lse
+ * [rows][num_q_heads] f32 or NULL; k and v the caches' base. On error nothing is written. */
+FDEC_API fdec_status fdec_decode_batch(fdec_context *ctx, const fdec_layer *layer, const fdec_batch *batch,
+                                       const void *q, const void *k, const void *v, void *out, float *lse);
+
+/* The split a sequence of max_seq_len positions and max_q_len tokens of this batch would use. */
+FDEC_API fdec_status fdec_plan_batch(fdec_context *ctx, const fdec_layer *layer, const fdec_batch *batch,
+                                     fdec_plan_info *info);
+
+/* Reserves scratch for every batch of this layer within the batch's max_seq_len and max_q_len. */
+FDEC_API fdec_status fdec_context_reserve_batch(fdec_context *ctx, const fdec_layer *layer, const fdec_batch *batch);
+
+/* Where fdec_kv_write puts new tokens' K/V rows: vLLM's slot mapping over a paged or a contiguous cache. */
+typedef struct {
+    uint32_t num_tokens;    /* rows to write */
+    const int64_t *slots;   /* [num_tokens]: token i's slot; -1 skips the token (padding) */
+    uint64_t num_slots;     /* slots the cache holds: every slot must be below */
+    uint32_t page_size;     /* 0: slot s is row s of the cache (kv_pos_stride apart); > 0: slot s is slot s % page_size
+                               of page s / page_size */
+    size_t kv_page_stride;  /* elements between pages; 0: page_size * kv_pos_stride */
+    fdec_dtype src_dtype;   /* of k_src and v_src */
+} fdec_kv_slots;
+
+/* Writes num_tokens new tokens' K and V rows, k_src and v_src [num_tokens][num_kv_heads][head_dim] dense, into the
+ * caches k and v (the layer's kv_dtype and strides) at the slots, converting the type (round to nearest even). On
+ * the CPU every slot is checked before anything is written. */
+FDEC_API fdec_status fdec_kv_write(fdec_context *ctx, const fdec_layer *layer, const fdec_kv_slots *slots,
+                                   const void *k_src, const void *v_src, void *k, void *v);
+
 /* Merges n partial results of the same query over disjoint position ranges (e.g. shards of a cache held by
  * different devices, each computed with fdec_decode(..., lse)) into the result over their union, exactly:
  *     M = max_i lse_i,  w_i = exp(lse_i - M),  out = sum_i w_i out_i / sum_i w_i,  lse = M + log(sum_i w_i)

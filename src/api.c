@@ -98,7 +98,9 @@ static fdec_status check_strides(const fdec_problem *p, uint64_t rows) {
     return FDEC_OK;
 }
 
-fdec_status fdec_problem_init(const fdec_layer *L, uint32_t seq_len, fdec_problem *p) {
+/* fdec_problem_init with the rows the strides must place without overlap given: a ring's, a call's positions, a
+ * page's. */
+static fdec_status problem_init_rows(const fdec_layer *L, uint32_t seq_len, uint64_t rows, fdec_problem *p) {
     fdec_status st;
     if (!L) return fdec_set_error(FDEC_EINVAL, "layer must not be NULL");
     if (L->head_dim < 1 || L->head_dim > FDEC_MAX_HEAD_DIM)
@@ -149,8 +151,11 @@ fdec_status fdec_problem_init(const fdec_layer *L, uint32_t seq_len, fdec_proble
     if (L->kv_pos_stride) p->kv.ps = L->kv_pos_stride;
     else if (!fdec_size_mul(p->kv.hs, p->G, &p->kv.ps))
         return fdec_set_error(FDEC_EINVAL, "kv_head_stride (%zu) too large", p->kv.hs);
-    uint64_t rows = p->kv.ring ? p->kv.ring : seq_len;
-    return check_strides(p, rows);
+    return check_strides(p, rows ? rows : p->kv.ring ? p->kv.ring : seq_len);
+}
+
+fdec_status fdec_problem_init(const fdec_layer *L, uint32_t seq_len, fdec_problem *p) {
+    return problem_init_rows(L, seq_len, 0, p);
 }
 
 static fdec_status check_ptr(const char *name, const void *ptr, size_t align) {
@@ -315,4 +320,199 @@ fdec_status fdec_merge(fdec_context *c, uint32_t n, uint32_t H, uint32_t D, fdec
     if (!c->ops->merge)
         return leave(c, fdec_set_error(FDEC_EUNSUPPORTED, "fdec_merge is not available on this backend"));
     return leave(c, c->ops->merge(c->impl, n, H, D, t, outs, lses, out, lse));
+}
+
+/* ---- batches (flashdec.h, "batches") ---- */
+
+/* The elements n items `stride` apart span, each spanning `one`, into *end: (n - 1) stride + one; 0 where it does not
+ * fit a size_t (or its bytes do not). */
+static int span_fits(uint64_t n, size_t stride, size_t one, fdec_dtype t, size_t *end) {
+    size_t a, bytes;
+    return n >= 1 && n - 1 <= SIZE_MAX && fdec_size_mul((size_t)(n - 1), stride, &a) && fdec_size_add(a, one, end) &&
+           fdec_size_mul(*end, fdec_dtype_size(t), &bytes);
+}
+
+/* Checks a batch and its layer into *bp; where c takes host pointers, every length and page id too. */
+static fdec_status batch_init(const fdec_context *c, const fdec_layer *L, const fdec_batch *b,
+                              fdec_batch_problem *bp) {
+    fdec_status st;
+    if (!b) return fdec_set_error(FDEC_EINVAL, "batch must not be NULL");
+    if (b->num_seqs < 1) return fdec_set_error(FDEC_EINVAL, "batch->num_seqs (0) must be at least 1");
+    if (!b->seq_lens) return fdec_set_error(FDEC_EINVAL, "batch->seq_lens must not be NULL");
+    if (b->max_seq_len < 1) return fdec_set_error(FDEC_EINVAL, "batch->max_seq_len (0) must be at least 1");
+    const uint32_t mq = b->max_q_len ? b->max_q_len : 1, ps = b->page_size;
+    if (mq > FDEC_MAX_Q_LEN)
+        return fdec_set_error(FDEC_EINVAL, "batch->max_q_len (%u) must be in 1..%d", mq, FDEC_MAX_Q_LEN);
+    if (L && ps && L->ring_capacity)
+        return fdec_set_error(FDEC_EINVAL, "ring_capacity (%u) must be 0 with a paged cache (page_size %u)",
+                              L->ring_capacity, ps);
+    if ((st = problem_init_rows(L, b->max_seq_len, ps ? ps : 0, &bp->p))) return st;
+    fdec_problem *p = &bp->p;
+    p->nq = mq < b->max_seq_len ? mq : b->max_seq_len;
+    p->lo = (uint32_t)fdec_token_lo(p, 0);
+    size_t one = 0, end;
+    if (ps) {
+        if (!b->page_table) return fdec_set_error(FDEC_EINVAL, "batch->page_table must not be NULL (page_size %u)", ps);
+        const uint64_t need = ((uint64_t)b->max_seq_len + ps - 1) / ps;
+        if (b->max_pages < need)
+            return fdec_set_error(FDEC_EINVAL, "batch->max_pages (%u) is too narrow: max_seq_len %u needs %llu pages of "
+                                               "%u", b->max_pages, b->max_seq_len, (unsigned long long)need, ps);
+        if (b->num_pages < 1) return fdec_set_error(FDEC_EINVAL, "batch->num_pages (0) must be at least 1");
+        fdec_kv_extent(&p->kv, ps, p->G, p->D, &one); /* fits: checked with the layer */
+        size_t pstride = b->kv_page_stride;
+        if (!pstride && !fdec_size_mul(ps, p->kv.ps, &pstride))
+            return fdec_set_error(FDEC_EINVAL, "page_size (%u) x kv_pos_stride (%zu) too large", ps, p->kv.ps);
+        if (b->num_pages > 1 && pstride < one)
+            return fdec_set_error(FDEC_EINVAL, "batch->kv_page_stride (%zu) must be at least a page's extent (%zu "
+                                               "elements): pages must not overlap", pstride, one);
+        if (!span_fits(b->num_pages, pstride, one, p->kvt, &end))
+            return fdec_set_error(FDEC_EINVAL, "the page pool (%u pages, %zu elements apart) lies beyond the address "
+                                               "space", b->num_pages, pstride);
+        p->kv.page_size = ps, p->kv.page_stride = pstride;
+    } else if (b->num_seqs > 1) {
+        fdec_kv_extent(&p->kv, p->kv.ring ? p->kv.ring : b->max_seq_len, p->G, p->D, &one);
+        if (b->kv_seq_stride < one)
+            return fdec_set_error(FDEC_EINVAL, "batch->kv_seq_stride (%zu) must be at least one sequence's cache extent "
+                                               "(%zu elements) with %u sequences", b->kv_seq_stride, one, b->num_seqs);
+        if (!span_fits(b->num_seqs, b->kv_seq_stride, one, p->kvt, &end))
+            return fdec_set_error(FDEC_EINVAL, "the caches of %u sequences, %zu elements apart, lie beyond the address "
+                                               "space", b->num_seqs, b->kv_seq_stride);
+    }
+    bp->b = b;
+    if (c->ops->check_ptr) /* device memory: the kernels check the values */
+        return (st = c->ops->check_ptr(c->impl, "batch->seq_lens", b->seq_lens)) ||
+                       (st = c->ops->check_ptr(c->impl, "batch->q_lens", b->q_lens)) ||
+                       (st = c->ops->check_ptr(c->impl, "batch->page_table", ps ? b->page_table : NULL))
+                   ? st
+                   : FDEC_OK;
+    for (uint32_t i = 0; i < b->num_seqs; i++) {
+        const uint32_t n = b->seq_lens[i], nq = b->q_lens ? b->q_lens[i] : 1;
+        if (n < 1 || n > b->max_seq_len)
+            return fdec_set_error(FDEC_EINVAL, "batch->seq_lens[%u] (%u) must be in 1..max_seq_len (%u)", i, n,
+                                  b->max_seq_len);
+        if (nq < 1 || nq > mq)
+            return fdec_set_error(FDEC_EINVAL, "batch->q_lens[%u] (%u) must be in 1..max_q_len (%u)", i, nq, mq);
+        if (nq > n)
+            return fdec_set_error(FDEC_EINVAL, "batch->q_lens[%u] (%u) must be at most seq_lens[%u] (%u): the new "
+                                               "tokens are in the cache", i, nq, i, n);
+        if (!ps) continue;
+        fdec_problem s;
+        size_t off;
+        fdec_batch_seq(bp, i, &s, &off);
+        for (uint64_t pg = s.lo / ps; pg <= (n - 1) / ps; pg++) {
+            const int32_t id = s.kv.pages[pg];
+            if (id < 0 || (uint32_t)id >= b->num_pages)
+                return fdec_set_error(FDEC_EINVAL, "batch->page_table[%u][%llu] (%d) must be a page of the pool, "
+                                                   "0..%u: sequence %u attends positions in it", i,
+                                      (unsigned long long)pg, id, b->num_pages - 1, i);
+        }
+    }
+    return FDEC_OK;
+}
+
+void fdec_batch_seq(const fdec_batch_problem *bp, uint32_t i, fdec_problem *p, size_t *kv_off) {
+    const fdec_batch *b = bp->b;
+    *p = bp->p;
+    p->seq_len = b->seq_lens[i];
+    p->nq = b->q_lens ? b->q_lens[i] : 1;
+    p->qpos = p->seq_len - 1;
+    p->lo = (uint32_t)fdec_token_lo(p, 0);
+    if (b->page_size) p->kv.pages = b->page_table + (size_t)i * b->max_pages, *kv_off = 0;
+    else *kv_off = (size_t)i * b->kv_seq_stride;
+}
+
+fdec_status fdec_decode_batch(fdec_context *c, const fdec_layer *layer, const fdec_batch *batch, const void *q,
+                              const void *k, const void *v, void *out, float *lse) {
+    fdec_status st = enter(c);
+    if (st) return st;
+    fdec_batch_problem bp;
+    if ((st = batch_init(c, layer, batch, &bp)) ||
+        (st = check_head_array(c, "sinks", bp.p.logits.sinks, bp.p.H, 1)) ||
+        (st = check_head_array(c, "alibi_slopes", bp.p.logits.alibi, bp.p.H, 0)))
+        return leave(c, st);
+    const fdec_problem *p = &bp.p;
+    if ((st = check_ptr("q", q, fdec_dtype_size(p->qt))) || (st = check_ptr("k", k, fdec_dtype_size(p->kvt))) ||
+        (st = check_ptr("v", v, fdec_dtype_size(p->kvt))) || (st = check_ptr("out", out, fdec_dtype_size(p->ot))))
+        return leave(c, st);
+    if (lse && (uintptr_t)lse % sizeof(float))
+        return leave(c, fdec_set_error(FDEC_EINVAL, "lse (%p) must be aligned to 4 bytes", (void *)lse));
+    if (c->ops->check_ptr) {
+        const char *names[] = {"q", "k", "v", "out", "lse"};
+        const void *ptrs[] = {q, k, v, out, lse};
+        for (int i = 0; i < 5; i++)
+            if ((st = c->ops->check_ptr(c->impl, names[i], ptrs[i]))) return leave(c, st);
+    }
+    if (!c->ops->decode_batch)
+        return leave(c, fdec_set_error(FDEC_EUNSUPPORTED, "fdec_decode_batch is not available on this backend yet"));
+    return leave(c, c->ops->decode_batch(c->impl, &bp, q, k, v, out, lse));
+}
+
+fdec_status fdec_plan_batch(fdec_context *c, const fdec_layer *layer, const fdec_batch *batch, fdec_plan_info *info) {
+    fdec_status st = enter(c);
+    if (st) return st;
+    if (!info) return leave(c, fdec_set_error(FDEC_EINVAL, "info must not be NULL"));
+    fdec_batch_problem bp;
+    if ((st = batch_init(c, layer, batch, &bp))) return leave(c, st);
+    memset(info, 0, sizeof *info);
+    c->ops->plan(c->impl, &bp.p, info);
+    return leave(c, FDEC_OK);
+}
+
+fdec_status fdec_context_reserve_batch(fdec_context *c, const fdec_layer *layer, const fdec_batch *batch) {
+    fdec_status st = enter(c);
+    if (st) return st;
+    fdec_batch_problem bp;
+    if ((st = batch_init(c, layer, batch, &bp))) return leave(c, st);
+    return leave(c, c->ops->reserve(c->impl, &bp.p));
+}
+
+fdec_status fdec_kv_write(fdec_context *c, const fdec_layer *layer, const fdec_kv_slots *s, const void *k_src,
+                          const void *v_src, void *k, void *v) {
+    fdec_status st = enter(c);
+    if (st) return st;
+    if (!s) return leave(c, fdec_set_error(FDEC_EINVAL, "slots must not be NULL"));
+    if (s->num_slots < 1) return leave(c, fdec_set_error(FDEC_EINVAL, "slots->num_slots (0) must be at least 1"));
+    if ((st = check_dtype("slots->src_dtype", s->src_dtype))) return leave(c, st);
+    const uint32_t ps = s->page_size;
+    if (layer && layer->ring_capacity)
+        return leave(c, fdec_set_error(FDEC_EINVAL, "ring_capacity (%u) must be 0 for fdec_kv_write: a slot names its "
+                                                    "row", layer->ring_capacity));
+    fdec_problem p;
+    const uint64_t rows = ps ? ps : s->num_slots;
+    if ((st = problem_init_rows(layer, 1, rows, &p))) return leave(c, st);
+    size_t one = 0, end;
+    fdec_kv_extent(&p.kv, rows, p.G, p.D, &one);
+    if (ps) {
+        size_t pstride = s->kv_page_stride;
+        if (!pstride && !fdec_size_mul(ps, p.kv.ps, &pstride))
+            return leave(c, fdec_set_error(FDEC_EINVAL, "page_size (%u) x kv_pos_stride (%zu) too large", ps, p.kv.ps));
+        const uint64_t pages = (s->num_slots + ps - 1) / ps;
+        if (pages > 1 && pstride < one)
+            return leave(c, fdec_set_error(FDEC_EINVAL, "slots->kv_page_stride (%zu) must be at least a page's extent "
+                                                        "(%zu elements): pages must not overlap", pstride, one));
+        if (!span_fits(pages, pstride, one, p.kvt, &end))
+            return leave(c, fdec_set_error(FDEC_EINVAL, "the cache (%llu slots) lies beyond the address space",
+                                           (unsigned long long)s->num_slots));
+        p.kv.page_size = ps, p.kv.page_stride = pstride;
+    }
+    if (s->num_tokens == 0) return leave(c, FDEC_OK);
+    if (!s->slots) return leave(c, fdec_set_error(FDEC_EINVAL, "slots->slots must not be NULL"));
+    if ((st = check_ptr("k_src", k_src, fdec_dtype_size(s->src_dtype))) ||
+        (st = check_ptr("v_src", v_src, fdec_dtype_size(s->src_dtype))) ||
+        (st = check_ptr("k", k, fdec_dtype_size(p.kvt))) || (st = check_ptr("v", v, fdec_dtype_size(p.kvt))))
+        return leave(c, st);
+    if (c->ops->check_ptr) {
+        const char *names[] = {"slots->slots", "k_src", "v_src", "k", "v"};
+        const void *ptrs[] = {s->slots, k_src, v_src, k, v};
+        for (int i = 0; i < 5; i++)
+            if ((st = c->ops->check_ptr(c->impl, names[i], ptrs[i]))) return leave(c, st);
+    } else
+        for (uint32_t i = 0; i < s->num_tokens; i++)
+            if (s->slots[i] < -1 || (s->slots[i] >= 0 && (uint64_t)s->slots[i] >= s->num_slots))
+                return leave(c, fdec_set_error(FDEC_EINVAL, "slots->slots[%u] (%lld) must be -1 (skip) or a slot of the "
+                                                            "cache, 0..%llu", i, (long long)s->slots[i],
+                                               (unsigned long long)s->num_slots - 1));
+    if (!c->ops->kv_write)
+        return leave(c, fdec_set_error(FDEC_EUNSUPPORTED, "fdec_kv_write is not available on this backend yet"));
+    return leave(c, c->ops->kv_write(c->impl, &p, s, k_src, v_src, k, v));
 }

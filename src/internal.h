@@ -33,6 +33,17 @@ static inline uint64_t fdec_token_lo(const fdec_problem *p, uint32_t i) {
     return p->window && t + 1 > p->window ? t + 1 - p->window : 0;
 }
 
+/* A checked batch (api.c): the layer's problem at the batch's largest shape (max_seq_len positions, max_q_len tokens),
+ * which fixes the plan and the scratch, and the caller's batch. */
+typedef struct {
+    fdec_problem p;
+    const fdec_batch *b;
+} fdec_batch_problem;
+
+/* api.c: sequence i's problem (its length, tokens, first position, page-table row) and the element offset of its
+ * cache from k and v (a contiguous cache's i * kv_seq_stride; 0 with pages). */
+void fdec_batch_seq(const fdec_batch_problem *bp, uint32_t i, fdec_problem *p, size_t *kv_off);
+
 /* Split geometry (plan.c), the same rule for every backend given its parallelism. */
 typedef struct {
     uint32_t lo, hi;        /* attended range */
@@ -51,6 +62,12 @@ typedef struct fdec_backend_ops {
     /* fdec_merge, arguments checked; NULL: not available on this backend yet */
     fdec_status (*merge)(void *impl, uint32_t n, uint32_t H, uint32_t D, fdec_dtype t, const void *const *outs,
                          const float *const *lses, void *out, float *lse);
+    /* fdec_decode_batch, arguments checked (on a host backend every value); NULL: not on this backend yet */
+    fdec_status (*decode_batch)(void *impl, const fdec_batch_problem *bp, const void *q, const void *k, const void *v,
+                                void *out, float *lse);
+    /* fdec_kv_write, arguments checked; p is the layer's problem with the cache's page geometry in p->kv */
+    fdec_status (*kv_write)(void *impl, const fdec_problem *p, const fdec_kv_slots *s, const void *k_src,
+                            const void *v_src, void *k, void *v);
 } fdec_backend_ops;
 
 /* api.c: records this thread's error message; returns `st` for tail calls. Exported (FDEC_API), with
@@ -110,7 +127,7 @@ fdec_status fdec_context_create_test(fdec_backend backend, const fdec_options *o
 /* The CUDA backend is a module loaded at run time (cuda/loader.c): the loading library hands it this table, and the
  * module's fdec_cuda_module_create (cuda/module.c) creates the backend. FDEC_CUDA_MODULE_ABI changes with the table,
  * fdec_backend_ops, fdec_problem or fdec_test_options, so that a module of another version is refused. */
-#define FDEC_CUDA_MODULE_ABI 2
+#define FDEC_CUDA_MODULE_ABI 3
 typedef struct {
     int abi;
     void (*set_error)(fdec_status st, const char *msg); /* the loading library's fdec_set_error */

@@ -430,6 +430,48 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     return FDEC_OK;
 }
 
+/* A batch: its sequences one after another, each as its own call (so that a sequence's bits do not depend on the
+ * rest of the batch), with the scratch of the largest reserved first (no allocation, and so no failure, halfway). */
+static fdec_status cpu_decode_batch(void *impl, const fdec_batch_problem *bp, const void *q, const void *k,
+                                    const void *v, void *out, float *lse) {
+    fdec_status st = cpu_reserve(impl, &bp->p);
+    if (st) return st;
+    const fdec_problem *P = &bp->p;
+    const size_t qrow = fdec_dtype_bytes(P->qt, (size_t)P->H * P->D), orow = fdec_dtype_bytes(P->ot, (size_t)P->H * P->D);
+    size_t row = 0;
+    for (uint32_t i = 0; i < bp->b->num_seqs; i++) {
+        fdec_problem p;
+        size_t off;
+        fdec_batch_seq(bp, i, &p, &off);
+        const size_t kvb = fdec_dtype_bytes(p.kvt, off);
+        if ((st = cpu_decode(impl, &p, (const char *)q + row * qrow, (const char *)k + kvb, (const char *)v + kvb,
+                             (char *)out + row * orow, lse ? lse + row * p.H : NULL)))
+            return st;
+        row += p.nq;
+    }
+    return FDEC_OK;
+}
+
+/* fdec_kv_write: each token's rows converted element by element through the type table. */
+static fdec_status cpu_kv_write(void *impl, const fdec_problem *p, const fdec_kv_slots *s, const void *k_src,
+                                const void *v_src, void *k, void *v) {
+    (void)impl;
+    const uint32_t ps = p->kv.page_size;
+    for (uint32_t i = 0; i < s->num_tokens; i++) {
+        if (s->slots[i] < 0) continue;
+        const uint64_t slot = (uint64_t)s->slots[i];
+        const size_t at = ps ? (size_t)(slot / ps) * p->kv.page_stride + (size_t)(slot % ps) * p->kv.ps
+                             : (size_t)slot * p->kv.ps;
+        for (uint32_t g = 0; g < p->G; g++)
+            for (uint32_t d = 0; d < p->D; d++) {
+                const size_t from = ((size_t)i * p->G + g) * p->D + d, to = at + (size_t)g * p->kv.hs + d;
+                fdec_store_elem(k, to, p->kvt, fdec_load_elem(k_src, from, s->src_dtype));
+                fdec_store_elem(v, to, p->kvt, fdec_load_elem(v_src, from, s->src_dtype));
+            }
+    }
+    return FDEC_OK;
+}
+
 static void cpu_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     cpu_impl *c = impl;
     fdec_split s = cpu_split(c, p, NULL);
@@ -450,7 +492,8 @@ static void cpu_destroy(void *impl) {
     free(c);
 }
 
-static const fdec_backend_ops cpu_ops = {cpu_destroy, cpu_reserve, cpu_decode, cpu_plan, NULL, cpu_merge};
+static const fdec_backend_ops cpu_ops = {cpu_destroy, cpu_reserve, cpu_decode,       cpu_plan,
+                                         NULL,        cpu_merge,   cpu_decode_batch, cpu_kv_write};
 
 fdec_status fdec_cpu_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops) {
     fdec_cpu_path path = FDEC_CPU_SCALAR;

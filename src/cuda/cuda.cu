@@ -437,7 +437,7 @@ static fdec_status cuda_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fd
 }
 
 static const fdec_backend_ops cuda_ops = {cuda_destroy, cuda_reserve, cuda_decode, cuda_plan, cuda_check_ptr,
-                                          cuda_merge};
+                                          cuda_merge,   NULL,         NULL};
 
 extern "C" fdec_status fdec_cuda_create(const fdec_options *o, const fdec_test_options *t, void **impl,
                                         const fdec_backend_ops **ops) {

@@ -89,5 +89,8 @@ void test_work_stealing(void);
 void test_concurrency(void);
 void test_cuda_graph(void);
 void test_cuda_reserve_bound(void);
+void test_batch(path_ctx *pc, int npc, int configs, uint64_t seed);
+void test_batch_bad(void);
+void test_kv_write(path_ctx *pc, int npc);
 
 #endif

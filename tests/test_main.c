@@ -70,6 +70,9 @@ int main(int argc, char **argv) {
         if (!short_run) STEP(test_work_stealing());
         STEP(test_concurrency());
     }
+    STEP(test_batch_bad());
+    STEP(test_kv_write(pc, npc));
+    STEP(test_batch(pc, npc, configs / 4 + 20, seed));
     STEP(test_sweep(pc, npc, configs, seed));
     for (int i = 0; i < nreadme; i++) test_readme_example(readme[i]);
     if (!g_cuda)

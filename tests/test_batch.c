@@ -1,0 +1,451 @@
+/* test_batch.c — fdec_decode_batch and fdec_kv_write against the float64 reference: random batches of contiguous
+ * and paged caches (shuffled page tables, pages shared by two sequences, -1 entries outside a window, both page
+ * layouts), 1..16 query tokens, sequences of length 1 and q_len = seq_len, the logit variants; batch invariance; every
+ * bad input refused with nothing written.
+ *
+ * The reference does not share the batch's address rule: the test gathers each sequence's rows from the pool by its
+ * own arithmetic into a dense cache, and runs the float64 reference on that. */
+#include "harness.h"
+
+#include <math.h>
+
+/* One random batch with its buffers. */
+typedef struct {
+    fdec_layer L;
+    fdec_batch b;
+    uint32_t *seq_lens, *q_lens;
+    int32_t *table;
+    void *k, *v, *q;
+    size_t kv_elems, rows;
+    float *sinks, *alibi;
+    size_t pos_stride_pool; /* elements between a page's (or a sequence's) rows */
+} batch_case;
+
+static void batch_free(batch_case *c) {
+    free(c->seq_lens), free(c->q_lens), free(c->table), free(c->k), free(c->v), free(c->q), free(c->sinks),
+        free(c->alibi);
+    memset(c, 0, sizeof *c);
+}
+
+/* The element offset of position t, KV head g, of sequence i, by the test's own arithmetic. */
+static size_t where(const batch_case *c, uint32_t i, uint64_t t, uint32_t g) {
+    const size_t ps = c->L.kv_pos_stride, hs = c->L.kv_head_stride;
+    if (c->b.page_size) {
+        const uint32_t P = c->b.page_size;
+        const int32_t page = c->table[(size_t)i * c->b.max_pages + t / P];
+        const size_t pstride = c->b.kv_page_stride ? c->b.kv_page_stride : (size_t)P * ps;
+        return (size_t)page * pstride + (size_t)(t % P) * ps + (size_t)g * hs;
+    }
+    const uint64_t row = c->L.ring_capacity ? t % c->L.ring_capacity : t;
+    return (size_t)i * c->b.kv_seq_stride + (size_t)row * ps + (size_t)g * hs;
+}
+
+/* A random batch: B sequences, paged (page size P) or contiguous (with a ring when ring), head-major pages or not. */
+static int batch_make(batch_case *c, fd_rng *r, uint32_t B, uint32_t P, int head_major, int ring, int tokens,
+                      int variants) {
+    memset(c, 0, sizeof *c);
+    static const uint32_t dims[] = {1, 7, 32, 64, 100, 128, 256};
+    const uint32_t D = dims[fd_rand(r) % 7], G = 1 + (uint32_t)(fd_rand(r) % 3), R = 1 + (uint32_t)(fd_rand(r) % 4);
+    fdec_layer *L = &c->L;
+    L->head_dim = D, L->num_kv_heads = G, L->num_q_heads = G * R;
+    L->q_dtype = (fdec_dtype)(fd_rand(r) % 3), L->kv_dtype = (fdec_dtype)(fd_rand(r) % 3);
+    L->out_dtype = (fdec_dtype)(fd_rand(r) % 3);
+    const uint32_t maxlen = 1 + (uint32_t)(fd_rand(r) % 600);
+    L->window = fd_rand(r) % 3 == 0 ? 1 + (uint32_t)(fd_rand(r) % maxlen) : 0;
+    if (ring && !P) {
+        if (!L->window) L->window = 1 + (uint32_t)(fd_rand(r) % maxlen);
+        L->ring_capacity = L->window + FDEC_MAX_Q_LEN + (uint32_t)(fd_rand(r) % 8);
+    }
+    fdec_batch *b = &c->b;
+    b->num_seqs = B;
+    b->max_seq_len = maxlen;
+    b->max_q_len = tokens ? 1 + (uint32_t)(fd_rand(r) % FDEC_MAX_Q_LEN) : 1;
+    c->seq_lens = malloc(B * sizeof(uint32_t));
+    c->q_lens = malloc(B * sizeof(uint32_t));
+    for (uint32_t i = 0; i < B; i++) {
+        const uint32_t kind = (uint32_t)(fd_rand(r) % 8);
+        uint32_t n = kind == 0 ? 1 : kind == 1 ? maxlen : 1 + (uint32_t)(fd_rand(r) % maxlen);
+        if (L->ring_capacity && n > L->ring_capacity && fd_rand(r) % 2) n = maxlen; /* wrapped */
+        c->seq_lens[i] = n;
+        const uint32_t mq = b->max_q_len < n ? b->max_q_len : n;
+        c->q_lens[i] = fd_rand(r) % 4 == 0 ? mq : 1 + (uint32_t)(fd_rand(r) % mq); /* q_len = seq_len too */
+        c->rows += c->q_lens[i];
+    }
+    b->seq_lens = c->seq_lens;
+    b->q_lens = tokens ? c->q_lens : NULL;
+    if (!tokens)
+        for (uint32_t i = 0; i < B; i++) c->q_lens[i] = 1;
+    if (!tokens) c->rows = B;
+    const size_t es = fdec_dtype_size(L->kv_dtype);
+    if (P) {
+        b->page_size = P;
+        b->max_pages = (maxlen + P - 1) / P + (uint32_t)(fd_rand(r) % 3);
+        /* pages: each sequence's own, shuffled in the pool, and the first pages of sequence 1 those of sequence 0 (a
+         * shared prefix) */
+        uint32_t need = 0;
+        for (uint32_t i = 0; i < B; i++) need += (c->seq_lens[i] + P - 1) / P;
+        b->num_pages = need + 1 + (uint32_t)(fd_rand(r) % 4);
+        uint32_t *perm = malloc(b->num_pages * sizeof *perm);
+        for (uint32_t i = 0; i < b->num_pages; i++) perm[i] = i;
+        for (uint32_t i = b->num_pages - 1; i > 0; i--) {
+            const uint32_t j = (uint32_t)(fd_rand(r) % (i + 1)), t = perm[i];
+            perm[i] = perm[j], perm[j] = t;
+        }
+        c->table = malloc((size_t)B * b->max_pages * sizeof(int32_t));
+        uint32_t next = 0;
+        for (uint32_t i = 0; i < B; i++) {
+            fdec_problem s;
+            memset(&s, 0, sizeof s);
+            s.qpos = c->seq_lens[i] - 1, s.nq = c->q_lens[i], s.window = L->window;
+            const uint64_t lo = fdec_token_lo(&s, 0);
+            for (uint32_t pg = 0; pg < b->max_pages; pg++) {
+                int32_t *e = &c->table[(size_t)i * b->max_pages + pg];
+                if ((uint64_t)pg * P >= c->seq_lens[i]) *e = fd_rand(r) % 2 ? -1 : 12345678; /* past the end */
+                else if ((uint64_t)(pg + 1) * P <= lo) *e = -1;                             /* below the window */
+                else if (i == 1 && pg < 2 && (uint64_t)pg * P < c->seq_lens[0] && c->table[pg] >= 0)
+                    *e = c->table[pg]; /* shared with sequence 0 */
+                else *e = (int32_t)perm[next++];
+            }
+        }
+        free(perm);
+        if (head_major) { /* [page][kv_head][slot][dim] */
+            L->kv_pos_stride = D + (uint32_t)(fd_rand(r) % 3);
+            L->kv_head_stride = (size_t)P * L->kv_pos_stride + (uint32_t)(fd_rand(r) % 5);
+            b->kv_page_stride = G * L->kv_head_stride;
+        } else { /* [page][slot][kv_head][dim] */
+            L->kv_head_stride = D + (uint32_t)(fd_rand(r) % 3);
+            L->kv_pos_stride = G * L->kv_head_stride + (uint32_t)(fd_rand(r) % 3);
+            b->kv_page_stride = fd_rand(r) % 2 ? 0 : (size_t)P * L->kv_pos_stride + 8;
+        }
+        const size_t pstride = b->kv_page_stride ? b->kv_page_stride : (size_t)P * L->kv_pos_stride;
+        c->kv_elems = (size_t)b->num_pages * pstride + (size_t)G * L->kv_head_stride;
+        b->page_table = c->table;
+    } else {
+        L->kv_head_stride = D, L->kv_pos_stride = (size_t)G * D;
+        const size_t rows = L->ring_capacity ? L->ring_capacity : maxlen;
+        b->kv_seq_stride = rows * L->kv_pos_stride + (fd_rand(r) % 2 ? 0 : 16);
+        c->kv_elems = (size_t)B * b->kv_seq_stride;
+    }
+    c->k = malloc(c->kv_elems * es), c->v = malloc(c->kv_elems * es);
+    memset(c->k, 0xff, c->kv_elems * es); /* NaN: a row read that should not be shows */
+    memset(c->v, 0xff, c->kv_elems * es);
+    for (uint32_t i = 0; i < B; i++) { /* every attended row of every sequence (a shared page twice: same values) */
+        fdec_problem s;
+        memset(&s, 0, sizeof s);
+        s.qpos = c->seq_lens[i] - 1, s.nq = c->q_lens[i], s.window = L->window;
+        for (uint64_t t = fdec_token_lo(&s, 0); t < c->seq_lens[i]; t++)
+            for (uint32_t g = 0; g < G; g++) {
+                const size_t at = where(c, i, t, g);
+                for (uint32_t d = 0; d < D; d++) {
+                    /* a shared page holds the same positions in both sequences: the value a function of them */
+                    fd_rng rv = {(t * 131 + g) * 977 + d + (P && i == 1 && t < 2 * P ? 0 : (uint64_t)i << 40)};
+                    fdec_store_elem(c->k, at + d, L->kv_dtype, (float)(2 * fd_uniform(&rv) - 1));
+                    fdec_store_elem(c->v, at + d, L->kv_dtype, (float)(2 * fd_uniform(&rv) - 1));
+                }
+            }
+    }
+    const size_t qn = c->rows * L->num_q_heads * D;
+    c->q = malloc(qn * fdec_dtype_size(L->q_dtype));
+    for (size_t i = 0; i < qn; i++) fdec_store_elem(c->q, i, L->q_dtype, (float)(2 * fd_uniform(r) - 1));
+    if (variants && fd_rand(r) % 2) {
+        L->softcap = fd_rand(r) % 2 ? (float)(1 + 10 * fd_uniform(r)) : 0;
+        c->sinks = malloc(L->num_q_heads * sizeof(float)), c->alibi = malloc(L->num_q_heads * sizeof(float));
+        for (uint32_t h = 0; h < L->num_q_heads; h++)
+            c->sinks[h] = (float)(4 * fd_uniform(r) - 2), c->alibi[h] = (float)(0.05 * fd_uniform(r));
+        L->sinks = fd_rand(r) % 2 ? c->sinks : NULL;
+        L->alibi_slopes = fd_rand(r) % 2 ? c->alibi : NULL;
+    }
+    return 0;
+}
+
+/* The reference of sequence i into out / lse (its rows): its attended rows gathered into a dense cache by where(),
+ * then the float64 reference with the sequence's tokens. Returns the tolerance. */
+static double seq_reference(const batch_case *c, uint32_t i, size_t row0, double *out, double *lse) {
+    const fdec_layer *L = &c->L;
+    const uint32_t D = L->head_dim, G = L->num_kv_heads, n = c->seq_lens[i];
+    fdec_layer dense = *L;
+    dense.kv_pos_stride = dense.kv_head_stride = 0, dense.ring_capacity = 0, dense.window = L->window;
+    fdec_problem p;
+    if (fdec_problem_init(&dense, n, &p)) return -1;
+    p.nq = c->q_lens[i];
+    p.lo = (uint32_t)fdec_token_lo(&p, 0);
+    const size_t es = fdec_dtype_size(L->kv_dtype);
+    char *k = malloc((size_t)n * G * D * es), *v = malloc((size_t)n * G * D * es);
+    for (uint64_t t = p.lo; t < n; t++)
+        for (uint32_t g = 0; g < G; g++) {
+            memcpy(k + ((t * G + g) * D) * es, (const char *)c->k + where(c, i, t, g) * es, D * es);
+            memcpy(v + ((t * G + g) * D) * es, (const char *)c->v + where(c, i, t, g) * es, D * es);
+        }
+    const size_t qrow = (size_t)L->num_q_heads * D * fdec_dtype_size(L->q_dtype);
+    const char *q = (const char *)c->q + row0 * qrow;
+    fdec_reference(&p, q, k, v, out, lse);
+    double mx = 0;
+    for (size_t h = 0; h < (size_t)p.nq * p.H; h++) {
+        double qn = 0;
+        for (uint32_t d = 0; d < D; d++) qn += fabs(fdec_load_elem(q, h * D + d, L->q_dtype));
+        if (qn > mx) mx = qn;
+    }
+    free(k), free(v);
+    return fd_tolerance_of(L->out_dtype, D, mx * fabs(p.logits.scale)) + (L->alibi_slopes || L->softcap ? 1e-6 : 0);
+}
+
+/* Runs c on ctx and checks every sequence's rows against its reference and the guards; with `alone`, also each
+ * sequence as a batch of its own, which must give the same bytes (batch invariance). */
+static double batch_check(fdec_context *ctx, const char *who, batch_case *c, int alone) {
+    const fdec_layer *L = &c->L;
+    const uint32_t H = L->num_q_heads, D = L->head_dim;
+    const size_t ob = c->rows * H * D * fdec_dtype_size(L->out_dtype), lb = c->rows * H * sizeof(float);
+    unsigned char *out = malloc(ob + 2 * GUARD), *lse = malloc(lb + 2 * GUARD);
+    memset(out, 0xa5, ob + 2 * GUARD), memset(lse, 0xa5, lb + 2 * GUARD);
+    fdec_status st = fdec_decode_batch(ctx, L, &c->b, c->q, c->k, c->v, out + GUARD, (float *)(lse + GUARD));
+    double worst = 0;
+    char desc[200];
+    snprintf(desc, sizeof desc, "B=%u D=%u H=%u G=%u max_len=%u max_q=%u win=%u ring=%u page=%u %s/%s/%s%s%s%s",
+             c->b.num_seqs, D, H, L->num_kv_heads, c->b.max_seq_len, c->b.max_q_len, L->window, L->ring_capacity,
+             c->b.page_size, fdec_dtype_name(L->q_dtype), fdec_dtype_name(L->kv_dtype), fdec_dtype_name(L->out_dtype),
+             L->softcap > 0 ? " softcap" : "", L->sinks ? " sinks" : "", L->alibi_slopes ? " alibi" : "");
+    if (st) {
+        check(0, "%s: batch %s: %s", who, desc, fdec_last_error());
+        free(out), free(lse);
+        return INFINITY;
+    }
+    int guards = 1;
+    for (size_t i = 0; i < GUARD; i++)
+        guards &= out[i] == 0xa5 && out[GUARD + ob + i] == 0xa5 && lse[i] == 0xa5 && lse[GUARD + lb + i] == 0xa5;
+    check(guards, "%s: batch %s: wrote outside out or lse", who, desc);
+    size_t row = 0;
+    for (uint32_t i = 0; i < c->b.num_seqs; i++) {
+        const uint32_t nq = c->q_lens[i];
+        double *ref = malloc(sizeof(double) * nq * H * D), *rl = malloc(sizeof(double) * nq * H);
+        const double tol = seq_reference(c, i, row, ref, rl);
+        double e = 0, le = 0;
+        for (size_t x = 0; x < (size_t)nq * H * D; x++) {
+            const double y = fdec_load_elem(out + GUARD, row * H * D + x, L->out_dtype), d = fabs(y - ref[x]);
+            if (!(d <= e)) e = isnan(d) ? INFINITY : d;
+        }
+        for (size_t x = 0; x < (size_t)nq * H; x++) {
+            const double y = ((float *)(lse + GUARD))[row * H + x], d = fabs(y - rl[x]) / (1 + fabs(rl[x]));
+            if (!(d <= le)) le = isnan(d) ? INFINITY : d;
+        }
+        check(e <= tol && le <= 2e-5, "%s: batch %s: sequence %u (len %u, %u tokens): out err %.3g (tol %.3g), lse err "
+                                      "%.3g", who, desc, i, c->seq_lens[i], nq, e, tol, le);
+        if (e / tol > worst) worst = e / tol;
+        if (alone) { /* the sequence as a batch of its own: the same bytes */
+            fdec_batch one = c->b;
+            one.num_seqs = 1, one.seq_lens = c->seq_lens + i, one.q_lens = c->b.q_lens ? c->q_lens + i : NULL;
+            const void *k = c->k, *v = c->v;
+            if (c->b.page_size) one.page_table = c->table + (size_t)i * c->b.max_pages;
+            else {
+                const size_t off = (size_t)i * c->b.kv_seq_stride * fdec_dtype_size(L->kv_dtype);
+                k = (const char *)c->k + off, v = (const char *)c->v + off, one.kv_seq_stride = 0;
+            }
+            const size_t qrow = (size_t)H * D * fdec_dtype_size(L->q_dtype), orow = (size_t)H * D * fdec_dtype_size(L->out_dtype);
+            void *o1 = malloc(nq * orow);
+            st = fdec_decode_batch(ctx, L, &one, (const char *)c->q + row * qrow, k, v, o1, NULL);
+            check(st == FDEC_OK && !memcmp(o1, out + GUARD + row * orow, nq * orow),
+                  "%s: batch %s: sequence %u alone differs from the batch (%s)", who, desc, i,
+                  st ? fdec_last_error() : "other bytes");
+            free(o1);
+        }
+        free(ref), free(rl);
+        row += nq;
+    }
+    free(out), free(lse);
+    return worst;
+}
+
+void test_batch(path_ctx *pc, int npc, int configs, uint64_t seed) {
+    if (g_cuda) { /* not served there yet: a clear refusal */
+        fdec_layer L = layer_of(64, 4, 2, 0, 0, FDEC_F16, 0);
+        uint32_t n = 10;
+        fdec_batch b;
+        memset(&b, 0, sizeof b);
+        b.num_seqs = 1, b.seq_lens = &n, b.max_seq_len = 10;
+        const fdec_status st = fdec_decode_batch(pc[0].ctx, &L, &b, (void *)&n, (void *)&n, (void *)&n, (void *)&n, NULL);
+        check(st != FDEC_OK, "CUDA decode_batch: accepted");
+        return;
+    }
+    fd_rng r = {seed ^ 0xba7c4};
+    double worst = 0;
+    int n = 0;
+    static const uint32_t pages[] = {0, 0, 1, 3, 16, 32, 64, 128};
+    for (int i = 0; i < configs; i++) {
+        batch_case c;
+        const uint32_t B = 1 + (uint32_t)(fd_rand(&r) % 6), P = pages[fd_rand(&r) % 8];
+        batch_make(&c, &r, B, P, (int)(fd_rand(&r) % 2), (int)(fd_rand(&r) % 3 == 0), (int)(fd_rand(&r) % 4 != 0), 1);
+        const int ctx = (int)(fd_rand(&r) % (uint64_t)npc);
+        const double e = batch_check(pc[ctx].ctx, pc[ctx].name, &c, i % 4 == 0);
+        if (e > worst) worst = e;
+        batch_free(&c);
+        n++;
+    }
+    printf("batches: %d random batches (paged and contiguous, 1..16 tokens, variants), worst error %.2f of tolerance\n",
+           n, worst);
+}
+
+/* Bad input: each refused with a message, nothing written. */
+void test_batch_bad(void) {
+    if (g_cuda) return;
+    fdec_context *ctx;
+    if (fdec_context_create(FDEC_BACKEND_CPU, NULL, &ctx)) {
+        check(0, "create: %s", fdec_last_error());
+        return;
+    }
+    const fdec_layer good = layer_of(16, 4, 2, 0, 0, FDEC_F16, 0);
+    uint32_t lens[3] = {40, 7, 1}, ql[3] = {2, 3, 1};
+    int32_t table[3 * 4] = {0, 1, 2, -1, 3, -1, -1, -1, 4, -1, -1, -1};
+    const fdec_batch paged = {3, lens, ql, 40, 4, 0, 16, table, 4, 5, 0};
+    static uint16_t kv[5 * 16 * 2 * 16]; /* 5 pages of 16 slots, 2 heads of 16 */
+    static float q[6 * 4 * 16];
+    static unsigned char out[6 * 4 * 16 * 4];
+    static uint32_t lens_bad[3], ql_bad[3];
+    static int32_t table_bad[12];
+    typedef struct {
+        const char *what, *want;
+        fdec_layer L;
+        fdec_batch b;
+    } bad;
+    bad cases[32];
+    int n = 0;
+#define BADB(WHAT, EXPR, WANT)                                                                                  \
+    do {                                                                                                        \
+        bad *c = &cases[n++];                                                                                   \
+        c->what = WHAT, c->want = WANT, c->L = good, c->b = paged;                                              \
+        memcpy(lens_bad, lens, sizeof lens), memcpy(ql_bad, ql, sizeof ql), memcpy(table_bad, table, sizeof table); \
+        { fdec_layer *L = &c->L; fdec_batch *b = &c->b; (void)L, (void)b; EXPR; }                               \
+    } while (0)
+    /* each case's arrays are set up when it runs (the shared _bad arrays), see below */
+    BADB("num_seqs 0", b->num_seqs = 0, "num_seqs (0)");
+    BADB("NULL seq_lens", b->seq_lens = NULL, "seq_lens must not be NULL");
+    BADB("max_seq_len 0", b->max_seq_len = 0, "max_seq_len (0)");
+    BADB("max_q_len 17", b->max_q_len = 17, "max_q_len (17) must be in 1..16");
+    BADB("seq_len 0", (b->seq_lens = lens_bad, lens_bad[1] = 0), "seq_lens[1] (0) must be in 1..max_seq_len");
+    BADB("seq_len past max", (b->seq_lens = lens_bad, lens_bad[0] = 41), "seq_lens[0] (41)");
+    BADB("q_len > seq_len", (b->q_lens = ql_bad, b->seq_lens = lens_bad, lens_bad[2] = 1, ql_bad[2] = 2),
+         "q_lens[2] (2) must be at most seq_lens[2] (1)");
+    BADB("q_len past max_q_len", (b->q_lens = ql_bad, ql_bad[0] = 5), "q_lens[0] (5) must be in 1..max_q_len (4)");
+    BADB("q_len 0", (b->q_lens = ql_bad, ql_bad[1] = 0), "q_lens[1] (0)");
+    BADB("page id past the pool", (b->page_table = table_bad, table_bad[1] = 5), "page_table[0][1] (5)");
+    BADB("page id -1 where attended", (b->page_table = table_bad, table_bad[2] = -1), "page_table[0][2] (-1)");
+    BADB("table too narrow", b->max_pages = 2, "max_pages (2) is too narrow");
+    BADB("NULL page_table", b->page_table = NULL, "page_table must not be NULL");
+    BADB("num_pages 0", b->num_pages = 0, "num_pages (0)");
+    BADB("ring with pages", (L->window = 8, L->ring_capacity = 16), "must be 0 with a paged cache");
+    BADB("overlapping pages", b->kv_page_stride = 100, "kv_page_stride (100) must be at least a page's extent");
+    BADB("contiguous caches overlap", (b->page_size = 0, b->kv_seq_stride = 10), "kv_seq_stride (10) must be at least");
+    BADB("bad layer in a batch", L->num_kv_heads = 3, "num_q_heads (4) must be a multiple of num_kv_heads (3)");
+#undef BADB
+    for (int i = 0; i < n; i++) {
+        bad *c = &cases[i];
+        /* the shared _bad arrays hold this case's values again (the macro set them for the last case only) */
+        memcpy(lens_bad, lens, sizeof lens), memcpy(ql_bad, ql, sizeof ql), memcpy(table_bad, table, sizeof table);
+        if (!strcmp(c->what, "seq_len 0")) lens_bad[1] = 0;
+        if (!strcmp(c->what, "seq_len past max")) lens_bad[0] = 41;
+        if (!strcmp(c->what, "q_len > seq_len")) lens_bad[2] = 1, ql_bad[2] = 2;
+        if (!strcmp(c->what, "q_len past max_q_len")) ql_bad[0] = 5;
+        if (!strcmp(c->what, "q_len 0")) ql_bad[1] = 0;
+        if (!strcmp(c->what, "page id past the pool")) table_bad[1] = 5;
+        if (!strcmp(c->what, "page id -1 where attended")) table_bad[2] = -1;
+        memset(out, 0x5a, sizeof out);
+        const fdec_status st = fdec_decode_batch(ctx, &c->L, &c->b, q, kv, kv, out, NULL);
+        int untouched = 1;
+        for (size_t j = 0; j < sizeof out; j++) untouched &= out[j] == 0x5a;
+        check(st == FDEC_EINVAL && untouched && strstr(fdec_last_error(), c->want),
+              "batch bad input '%s': status %d, message '%s' (want '%s'), out %s", c->what, (int)st, fdec_last_error(),
+              c->want, untouched ? "untouched" : "WRITTEN");
+        fdec_plan_info info;
+        check(fdec_plan_batch(ctx, &c->L, &c->b, &info) == FDEC_EINVAL, "plan_batch accepted '%s'", c->what);
+    }
+    /* the good batch runs, and a -1 entry outside the window is never read */
+    memset(out, 0x5a, sizeof out);
+    check(fdec_decode_batch(ctx, &good, &paged, q, kv, kv, out, NULL) == FDEC_OK, "the good batch: %s",
+          fdec_last_error());
+    printf("batch bad input: %d cases refused\n", n);
+
+    /* fdec_kv_write: a bad slot refuses the whole call, nothing written */
+    int64_t slots[3] = {0, 79, 80};
+    fdec_kv_slots ks = {3, slots, 80, 16, 0, FDEC_F32};
+    static float src[3 * 2 * 16];
+    memset(kv, 0x11, sizeof kv);
+    fdec_status st = fdec_kv_write(ctx, &good, &ks, src, src, kv, kv);
+    int untouched = 1;
+    for (size_t j = 0; j < sizeof kv / 2; j++) untouched &= kv[j] == 0x1111;
+    check(st == FDEC_EINVAL && untouched && strstr(fdec_last_error(), "slots[2] (80)"),
+          "kv_write with slot 80 of 80: status %d, '%s', cache %s", (int)st, fdec_last_error(),
+          untouched ? "untouched" : "WRITTEN");
+    slots[2] = -2;
+    check(fdec_kv_write(ctx, &good, &ks, src, src, kv, kv) == FDEC_EINVAL, "kv_write accepted slot -2");
+    fdec_context_destroy(ctx);
+}
+
+/* fdec_kv_write: rows land where the slot says, converted, in paged and contiguous caches of both page layouts. */
+void test_kv_write(path_ctx *pc, int npc) {
+    (void)npc;
+    if (g_cuda) return;
+    fd_rng r = {77};
+    int n = 0, bad = 0;
+    for (int it = 0; it < 60; it++) {
+        const uint32_t D = 1 + (uint32_t)(fd_rand(&r) % 70), G = 1 + (uint32_t)(fd_rand(&r) % 3);
+        const uint32_t P = (uint32_t)(fd_rand(&r) % 3) ? 1 + (uint32_t)(fd_rand(&r) % 20) : 0;
+        fdec_layer L = layer_of(D, G, G, 0, 0, (fdec_dtype)(fd_rand(&r) % 3), 0);
+        const int head_major = (int)(fd_rand(&r) % 2);
+        const uint64_t nslots = 1 + fd_rand(&r) % 200;
+        fdec_kv_slots s;
+        memset(&s, 0, sizeof s);
+        s.num_slots = nslots, s.page_size = P, s.src_dtype = (fdec_dtype)(fd_rand(&r) % 3);
+        const uint64_t rows = P ? P : nslots, pages = P ? (nslots + P - 1) / P : 1;
+        if (head_major) L.kv_pos_stride = D, L.kv_head_stride = rows * D + 3;
+        else L.kv_head_stride = D + 1, L.kv_pos_stride = G * (D + 1);
+        const size_t one = (rows - 1) * L.kv_pos_stride + (G - 1) * (L.kv_head_stride ? L.kv_head_stride : D) + D;
+        if (P) s.kv_page_stride = one + (size_t)(fd_rand(&r) % 4);
+        const size_t total = P ? (pages - 1) * s.kv_page_stride + one : one, es = fdec_dtype_size(L.kv_dtype);
+        s.num_tokens = 1 + (uint32_t)(fd_rand(&r) % 12);
+        int64_t *slot = malloc(s.num_tokens * sizeof *slot);
+        for (uint32_t i = 0; i < s.num_tokens; i++) /* distinct slots (a later write would overwrite), some -1 */
+            slot[i] = fd_rand(&r) % 5 == 0 ? -1 : (int64_t)((fd_rand(&r) % (nslots / s.num_tokens + 1)) * s.num_tokens + i) % (int64_t)nslots;
+        for (uint32_t i = 0; i < s.num_tokens; i++)
+            for (uint32_t j = 0; j < i; j++)
+                if (slot[i] == slot[j]) slot[i] = -1;
+        s.slots = slot;
+        const size_t sn = (size_t)s.num_tokens * G * D, ses = fdec_dtype_size(s.src_dtype);
+        void *ks = malloc(sn * ses), *vs = malloc(sn * ses), *k = malloc(total * es), *v = malloc(total * es);
+        for (size_t i = 0; i < sn; i++) {
+            fdec_store_elem(ks, i, s.src_dtype, (float)(4 * fd_uniform(&r) - 2));
+            fdec_store_elem(vs, i, s.src_dtype, (float)(4 * fd_uniform(&r) - 2));
+        }
+        memset(k, 0x3c, total * es), memset(v, 0x3c, total * es);
+        fdec_status st = fdec_kv_write(pc[0].ctx, &L, &s, ks, vs, k, v);
+        int ok = st == FDEC_OK;
+        for (uint32_t i = 0; ok && i < s.num_tokens; i++) {
+            if (slot[i] < 0) continue;
+            const uint64_t sl = (uint64_t)slot[i];
+            const size_t at = P ? (size_t)(sl / P) * s.kv_page_stride + (size_t)(sl % P) * L.kv_pos_stride
+                                : (size_t)sl * L.kv_pos_stride;
+            for (uint32_t g = 0; g < G; g++)
+                for (uint32_t d = 0; d < D; d++) {
+                    const size_t from = ((size_t)i * G + g) * D + d, to = at + (size_t)g * L.kv_head_stride + d;
+                    /* the value converted as the type table does, bit for bit */
+                    unsigned char want[4], got[4];
+                    fdec_store_elem(want, 0, L.kv_dtype, fdec_load_elem(ks, from, s.src_dtype));
+                    memcpy(got, (char *)k + to * es, es);
+                    ok &= !memcmp(want, got, es);
+                    fdec_store_elem(want, 0, L.kv_dtype, fdec_load_elem(vs, from, s.src_dtype));
+                    memcpy(got, (char *)v + to * es, es);
+                    ok &= !memcmp(want, got, es);
+                }
+        }
+        /* nothing else written: count the bytes still 0x3c against what the written rows cover */
+        size_t changed = 0;
+        for (size_t i = 0; i < total * es; i++) changed += ((unsigned char *)k)[i] != 0x3c;
+        size_t written = 0;
+        for (uint32_t i = 0; i < s.num_tokens; i++) written += slot[i] >= 0 ? (size_t)G * D * es : 0;
+        ok &= changed <= written;
+        if (!ok) bad++;
+        check(ok, "kv_write D=%u G=%u page=%u head_major=%d slots=%llu %s->%s: %s", D, G, P, head_major,
+              (unsigned long long)nslots, fdec_dtype_name(s.src_dtype), fdec_dtype_name(L.kv_dtype),
+              st ? fdec_last_error() : "wrong bytes");
+        free(slot), free(ks), free(vs), free(k), free(v);
+        n++;
+    }
+    printf("kv_write: %d random writes (paged and contiguous, both layouts, every type pair), %d wrong\n", n, bad);
+}

@@ -114,7 +114,7 @@ $(CUDA_MOD): $(CU_OBJ) $(BUILD)/src/cuda/module.o $(BUILD)/src/plan.o $(BUILD)/s
 	$(CC) $(LDFLAGS) -shared -o $@ $(filter %.o,$^) -Wl,--version-script,$(BUILD)/cuda_module.map \
 	  -Wl,-rpath,'$$ORIGIN/../../nvidia/cu13/lib' $(CUDA_LIBS) -lm
 
-TOOL_OBJ := $(BUILD)/tools/bench_util.o $(BUILD)/tools/devmem.o
+TOOL_OBJ := $(BUILD)/tools/bench_util.o $(BUILD)/tools/devmem.o $(BUILD)/tools/batch_bench.o
 # The tools and tests: the CUDA runtime for their own device buffers (devmem.c), and the build folder on their
 # RUNPATH, where the CUDA module is found.
 TOOL_LIBS = $(LDLIBS) $(CUDA_LIBS)

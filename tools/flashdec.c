@@ -9,6 +9,7 @@
  */
 #include "bench_util.h"
 #include "devmem.h"
+#include "batch_bench.h"
 #include "sp_bench.h"
 
 #include <errno.h>
@@ -409,6 +410,10 @@ static const char *bench_help =
     "  --alibi               ALiBi biases with the standard slopes 2^(-8 (h + 1) / H)\n"
     "  --variants LIST       time each case once per entry, side by side: plain, softcap, sinks, alibi, all\n"
     "                        (softcap: --softcap's cap, 30 without it)\n"
+    "  --batch B             one step of B sequences (fdec_decode_batch, CPU) instead of single calls: with\n"
+    "  --lens MIN-MAX        sequence lengths uniform in [MIN, MAX] (default 512-8192)\n"
+    "  --page-size LIST      0 (contiguous caches) and page sizes, timed side by side (default 0,16)\n"
+    "  --q-len N             query tokens a sequence, 1..16 (default 1)\n"
     "  --no-check            skip the reference check (faster at long contexts)\n"
     "  --json FILE           also write the results as JSON\n"
     "  --gpus N              sequence-parallel decode over N GPUs (libflashdec_nccl, one process a GPU):\n"
@@ -429,6 +434,8 @@ static int cmd_bench(int argc, char **argv, int demo) {
     int nvar = 0;
     float cap = 0;
     int sinks = 0, alibi = 0;
+    uint32_t batch = 0, lens[2] = {512, 8192}, page_sizes[8] = {0, 16}, qlen = 1;
+    int npage = 2;
     const char *json = NULL, *cmd = demo ? "demo" : "bench";
     int gpus = 0, ctx_given = 0;
     for (int i = 0; i < argc; i++) {
@@ -446,7 +453,8 @@ static int cmd_bench(int argc, char **argv, int demo) {
         if (!strcmp(a, "--alibi")) { alibi = 1; continue; }
         static const char *const valued[] = {"--preset", "--shape", "--window", "--ring", "--ctx", "--threads", "--kv",
                                              "--q", "--out", "--backend", "--path", "--reps", "--rotate-mb", "--json",
-                                             "--gpus", "--softcap", "--variants"};
+                                             "--gpus", "--softcap", "--variants", "--batch", "--lens", "--page-size",
+                                             "--q-len"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return usage_error(cmd, "unknown option '%s'", a);
@@ -527,6 +535,23 @@ static int cmd_bench(int argc, char **argv, int demo) {
                 if (all || !strcmp(tok, "sinks")) v->sinks = 1;
                 if (all || !strcmp(tok, "alibi")) v->alibi = 1;
             }
+        } else if (!strcmp(a, "--batch")) {
+            uint64_t x;
+            if (parse_uint(val, 1, 65536, &x)) return usage_error(cmd, "--batch must be in 1..65536, got '%s'", val);
+            batch = (uint32_t)x;
+        } else if (!strcmp(a, "--lens")) {
+            unsigned long long lo, hi;
+            char tail;
+            if (sscanf(val, "%llu-%llu%c", &lo, &hi, &tail) != 2 || lo < 1 || hi < lo || hi > UINT32_MAX)
+                return usage_error(cmd, "--lens wants MIN-MAX with 1 <= MIN <= MAX, got '%s'", val);
+            lens[0] = (uint32_t)lo, lens[1] = (uint32_t)hi;
+        } else if (!strcmp(a, "--page-size")) {
+            if ((npage = parse_list(val, page_sizes, 8, 0)) < 1)
+                return usage_error(cmd, "--page-size wants a list of page sizes (0: contiguous), got '%s'", val);
+        } else if (!strcmp(a, "--q-len")) {
+            uint64_t x;
+            if (parse_uint(val, 1, FDEC_MAX_Q_LEN, &x)) return usage_error(cmd, "--q-len must be in 1..16, got '%s'", val);
+            qlen = (uint32_t)x;
         } else if (!strcmp(a, "--gpus")) {
             uint64_t x;
             if (parse_uint(val, 1, 64, &x)) return usage_error(cmd, "--gpus must be in 1..64, got '%s'", val);
@@ -556,6 +581,34 @@ static int cmd_bench(int argc, char **argv, int demo) {
             const int r = fd_sp_bench(&sb, g_argv0);
             if (r == 3) return 1; /* cannot run here at all: said once */
             rc |= r;
+        }
+        return rc;
+    }
+    if (batch) { /* one step of a batch of sequences, per preset and page size (batch_bench.c) */
+        if (bo.backend != FDEC_BACKEND_CPU)
+            return usage_error(cmd, "%s", "--batch runs on the CPU backend (fdec_decode_batch is not on CUDA yet)");
+        if (nvar > 1) return usage_error(cmd, "%s", "--batch takes one set of logit variants, not --variants");
+        printf("flashdec %s: batch of %u sequences, lengths %u-%u, %u query token(s) each, K/V %s; CPU backend\n", cmd,
+               batch, lens[0], lens[1], qlen, fdec_dtype_name(bo.kvt));
+        fd_batch_bench_header();
+        int rc = 0;
+        for (int i = 0; i < nsel; i++) {
+            fd_batch_args ba;
+            memset(&ba, 0, sizeof ba);
+            ba.name = sel[i]->name;
+            ba.layer = layer_of_preset(sel[i], &bo);
+            ba.layer.ring_capacity = 0; /* a window over the whole cache: pages take no ring */
+            float *arr = malloc(2 * sizeof(float) * sel[i]->H);
+            for (uint32_t h = 0; h < sel[i]->H; h++)
+                arr[h] = (float)(h % 5) - 2.0f, arr[sel[i]->H + h] = (float)pow(2.0, -8.0 * (h + 1) / sel[i]->H);
+            ba.layer.softcap = vars[0].softcap;
+            ba.layer.sinks = vars[0].sinks ? arr : NULL;
+            ba.layer.alibi_slopes = vars[0].alibi ? arr + sel[i]->H : NULL;
+            ba.batch = batch, ba.len_lo = lens[0], ba.len_hi = lens[1], ba.q_len = qlen;
+            ba.pages = page_sizes, ba.npages = npage, ba.threads = thr, ba.nthreads = nthr, ba.reps = bo.reps;
+            ba.rotate_bytes = bo.rotate_bytes, ba.bw_bytes = BW_BYTES;
+            rc |= fd_batch_bench(&ba);
+            free(arr);
         }
         return rc;
     }

@@ -39,6 +39,18 @@ class _LayerC(_C.Structure):
                 ("v_scales", _C.c_void_p)]
 
 
+class _BatchC(_C.Structure):
+    _fields_ = [("num_seqs", _C.c_uint32), ("seq_lens", _C.c_void_p), ("q_lens", _C.c_void_p),
+                ("max_seq_len", _C.c_uint32), ("max_q_len", _C.c_uint32), ("kv_seq_stride", _C.c_size_t),
+                ("page_size", _C.c_uint32), ("page_table", _C.c_void_p), ("max_pages", _C.c_uint32),
+                ("num_pages", _C.c_uint32), ("kv_page_stride", _C.c_size_t)]
+
+
+class _SlotsC(_C.Structure):
+    _fields_ = [("num_tokens", _C.c_uint32), ("slots", _C.c_void_p), ("num_slots", _C.c_uint64),
+                ("page_size", _C.c_uint32), ("kv_page_stride", _C.c_size_t), ("src_dtype", _C.c_int)]
+
+
 class _OptionsC(_C.Structure):
     _fields_ = [("threads", _C.c_uint32), ("cpu_path", _C.c_int), ("parallel_for", _C.c_void_p),
                 ("parallel_user", _C.c_void_p), ("cuda_device", _C.c_int), ("cuda_stream", _C.c_void_p)]
@@ -71,6 +83,10 @@ _lib.fdec_version.restype = _C.c_char_p
 __version__ = _lib.fdec_version().decode()  # the library's (its one definition is in flashdec.h)
 _lib.fdec_status_string.restype = _C.c_char_p
 _lib.fdec_backend_available.argtypes = [_C.c_int]
+_lib.fdec_decode_batch.argtypes = [_C.c_void_p, _C.POINTER(_LayerC), _C.POINTER(_BatchC), _C.c_void_p, _C.c_void_p,
+                                   _C.c_void_p, _C.c_void_p, _C.c_void_p]
+_lib.fdec_kv_write.argtypes = [_C.c_void_p, _C.POINTER(_LayerC), _C.POINTER(_SlotsC), _C.c_void_p, _C.c_void_p,
+                               _C.c_void_p, _C.c_void_p]
 _lib.fdec_merge.argtypes = [_C.c_void_p, _C.c_uint32, _C.c_uint32, _C.c_uint32, _C.c_int,
                             _C.POINTER(_C.c_void_p), _C.POINTER(_C.c_void_p), _C.c_void_p, _C.c_void_p]
 
@@ -411,3 +427,260 @@ def info():
     p = plan(q, k, k)
     return dict(version=__version__, library=library_path(), cpu_path=p["path"], cpu_threads=_os.cpu_count(),
                 cuda_compiled=bool(_lib.fdec_backend_available(_CUDA)))
+
+
+# ---- batches: many sequences, paged caches, several query tokens a sequence ----
+
+def _index_array(x, like, dtype, what, n=None):
+    """An integer array (seq_lens, q_lens, page_table, slots) where the backend reads it, as `dtype`; kept alive by
+    the caller. Returns (array, pointer)."""
+    import numpy as np
+    if like.cuda:
+        import torch
+        tdt = {np.uint32: torch.int32, np.int32: torch.int32, np.int64: torch.int64}[dtype]
+        t = torch.as_tensor(x, device=like.obj.device).to(tdt).contiguous()
+        if n is not None and t.shape[0] != n:
+            raise ValueError(f"{what} must have {n} entries, got {t.shape[0]}")
+        return t, t.data_ptr()
+    if _is_torch(x):
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x)
+    if a.size and (not np.issubdtype(a.dtype, np.integer)):
+        raise TypeError(f"{what} must hold integers, not {a.dtype}")
+    if a.size and (a.min() < (-1 if dtype != np.uint32 else 0) or a.max() > np.iinfo(dtype).max):
+        raise ValueError(f"{what} holds values outside {np.dtype(dtype).name}")
+    a = np.ascontiguousarray(a, dtype=dtype)
+    if n is not None and a.shape[0] != n:
+        raise ValueError(f"{what} must have {n} entries, got {a.shape[0]}")
+    return a, a.__array_interface__["data"][0]
+
+
+def decode_batch(q, k, v, seq_lens, *, q_lens=None, page_table=None, window=0, scale=None, out=None,
+                 return_lse=False, threads=None, softcap=None, sinks=None, alibi_slopes=None, max_seq_len=None,
+                 max_q_len=None):
+    """One decode step of a batch of sequences (flashdec.h, "batches"). Returns out [rows, num_q_heads, head_dim]
+    (and lse [rows, num_q_heads] float32 when return_lse), rows = sum(q_lens) (one row a sequence without q_lens).
+
+    q: [rows, num_q_heads, head_dim], contiguous: the sequences in order, each one's tokens in order.
+    seq_lens: [num_seqs] positions in each cache, the new tokens' included. q_lens: [num_seqs] query tokens, 1..16;
+    token i of a sequence sits at position seq_len - q_len + i and attends causally.
+    Contiguous caches: k, v [num_seqs, rows, num_kv_heads, head_dim] (any strides but the innermost).
+    Paged caches (page_table given, [num_seqs, max_pages] int32 page ids): k, v [num_pages, page_size,
+    num_kv_heads, head_dim], e.g. PagedKVCache's pools, or a [num_pages, num_kv_heads, page_size, head_dim] pool
+    passed as .transpose(1, 2). window, scale, softcap, sinks, alibi_slopes, threads: as in decode().
+    max_seq_len / max_q_len: the plan's bounds (default: the batch's own)."""
+    import numpy as np
+    qa, ka, va = _Arr(q, "q"), _Arr(k, "k"), _Arr(v, "v")
+    cuda = qa.cuda
+    if {ka.cuda, va.cuda} != {cuda}:
+        raise ValueError("q, k and v must all be on the CPU or all on a CUDA device")
+    if len(qa.shape) != 3:
+        raise ValueError(f"q must be [rows, num_q_heads, head_dim], got shape {qa.shape}")
+    if len(ka.shape) != 4 or ka.shape != va.shape or ka.strides != va.strides or ka.dtype != va.dtype:
+        raise ValueError(f"k and v must be 4-dimensional, alike in shape, strides and dtype; got {ka.shape} and "
+                         f"{va.shape}")
+    rows, H, D = qa.shape
+    if qa.strides != (H * D, D, 1) and rows * H * D > 0:
+        raise ValueError(f"q must be contiguous, got strides {qa.strides}")
+    n0, n1, G, Dk = ka.shape
+    if Dk != D:
+        raise ValueError(f"head_dim of q ({D}) and of k ({Dk}) differ")
+    if D > 1 and ka.strides[3] != 1:
+        raise ValueError(f"the innermost (head_dim) dimension of k and v must be contiguous, got {ka.strides}")
+    if min(ka.strides) < 0:
+        raise ValueError(f"k and v must not have negative strides, got {ka.strides}")
+    lens, lens_ptr = _index_array(seq_lens, qa, np.uint32, "seq_lens")
+    B = int(lens.shape[0])
+    ql, ql_ptr = (None, None) if q_lens is None else _index_array(q_lens, qa, np.uint32, "q_lens", B)
+    lay = _LayerC()
+    lay.head_dim, lay.num_q_heads, lay.num_kv_heads = D, H, G
+    lay.scale = 0.0 if scale is None else float(scale)
+    lay.window = _int_arg("window", window, 0, _U32)
+    lay.q_dtype, lay.kv_dtype = qa.dtype, ka.dtype
+    lay.kv_pos_stride, lay.kv_head_stride = ka.strides[1], ka.strides[2]
+    if softcap is not None:
+        lay.softcap = float(softcap)
+    keep = (_head_array(sinks, qa, H, "sinks"), _head_array(alibi_slopes, qa, H, "alibi_slopes"))
+    lay.sinks, lay.alibi_slopes = keep[0][1], keep[1][1]
+    b = _BatchC()
+    b.num_seqs, b.seq_lens, b.q_lens = B, lens_ptr, ql_ptr
+    if cuda:
+        host_lens = None
+        if max_seq_len is None or (q_lens is not None and max_q_len is None):
+            raise ValueError("on CUDA, max_seq_len (and max_q_len with q_lens) must be given: the lengths stay on "
+                             "the device")
+    else:
+        host_lens = lens
+    b.max_seq_len = _int_arg("max_seq_len", max_seq_len if max_seq_len is not None else
+                             (int(host_lens.max()) if B else 1), 1, _U32)
+    b.max_q_len = _int_arg("max_q_len", max_q_len if max_q_len is not None else
+                           (int(ql.max()) if ql is not None and B else 1), 1, 16)
+    if ql is not None and not cuda and int(ql.sum()) != rows:
+        raise ValueError(f"q has {rows} rows but q_lens add up to {int(ql.sum())}")
+    if ql is None and rows != B:
+        raise ValueError(f"q has {rows} rows but there are {B} sequences (one token each without q_lens)")
+    table = None
+    if page_table is not None:
+        table, tptr = _index_array(page_table, qa, np.int32, "page_table")
+        if len(table.shape) != 2 or table.shape[0] != B:
+            raise ValueError(f"page_table must be [num_seqs ({B}), max_pages], got {tuple(table.shape)}")
+        b.page_size, b.page_table, b.max_pages, b.num_pages = n1, tptr, int(table.shape[1]), n0
+        b.kv_page_stride = ka.strides[0]
+    else:
+        if n0 != B:
+            raise ValueError(f"contiguous caches: k must be [num_seqs ({B}), rows, num_kv_heads, head_dim], got "
+                             f"{ka.shape}")
+        if not cuda and n1 < b.max_seq_len:
+            raise ValueError(f"k and v hold {n1} rows a sequence but max_seq_len is {b.max_seq_len}")
+        b.kv_seq_stride = ka.strides[0] if B > 1 else 0
+    oa = _Arr(out, "out").writable() if out is not None else None
+    lay.out_dtype = oa.dtype if oa else qa.dtype
+    result = out
+    if result is None:
+        if _is_torch(q):
+            import torch
+            result = torch.empty((rows, H, D), dtype=q.dtype, device=q.device)
+        else:
+            result = np.empty((rows, H, D), dtype=q.dtype)
+        oa = _Arr(result, "out")
+    if oa.shape != (rows, H, D) or oa.strides != (H * D, D, 1):
+        raise ValueError(f"out must be a contiguous [{rows}, {H}, {D}] array, got {oa.shape}")
+    lse = None
+    if return_lse:
+        if _is_torch(q):
+            import torch
+            lse = torch.empty((rows, H), dtype=torch.float32, device=q.device)
+        else:
+            lse = np.empty((rows, H), dtype=np.float32)
+    stream = _stream_of(qa) if cuda else None
+    ctx = _context(cuda, qa.device, stream, threads)
+    _check(_lib.fdec_decode_batch(ctx, _C.byref(lay), _C.byref(b), qa.ptr, ka.ptr, va.ptr, oa.ptr,
+                                  _Arr(lse, "lse").ptr if lse is not None else None))
+    del keep, table, lens, ql
+    return (result, lse) if return_lse else result
+
+
+def kv_write(k_new, v_new, k_cache, v_cache, slots, *, page_size=None, threads=None):
+    """Writes new tokens' K/V rows, k_new and v_new [n, num_kv_heads, head_dim], into caches at `slots` ([n]
+    integers; -1 skips a token), converting the dtype: vLLM's slot mapping. A paged cache [num_pages, page_size,
+    num_kv_heads, head_dim] (slot s: page s // page_size, row s % page_size), or a contiguous one [rows,
+    num_kv_heads, head_dim] (slot s: row s)."""
+    import numpy as np
+    ka, va, kc, vc = _Arr(k_new, "k_new"), _Arr(v_new, "v_new"), _Arr(k_cache, "k_cache"), _Arr(v_cache, "v_cache")
+    cuda = kc.cuda
+    if len({x.cuda for x in (ka, va, kc, vc)}) != 1:
+        raise ValueError("k_new, v_new and the caches must all be on the CPU or all on a CUDA device")
+    if len(ka.shape) != 3 or ka.shape != va.shape or ka.dtype != va.dtype:
+        raise ValueError(f"k_new and v_new must be [n, num_kv_heads, head_dim] alike, got {ka.shape}, {va.shape}")
+    n, G, D = ka.shape
+    if ka.strides != (G * D, D, 1) or va.strides != (G * D, D, 1):
+        raise ValueError("k_new and v_new must be contiguous")
+    if kc.shape != vc.shape or kc.strides != vc.strides or kc.dtype != vc.dtype:
+        raise ValueError("k_cache and v_cache must be alike in shape, strides and dtype")
+    lay = _LayerC()
+    lay.head_dim, lay.num_q_heads, lay.num_kv_heads = D, G, G
+    lay.q_dtype = lay.out_dtype = lay.kv_dtype = kc.dtype
+    sl = _SlotsC()
+    sl.src_dtype = ka.dtype
+    if len(kc.shape) == 4:
+        P, Gc, Dc = kc.shape[1:]
+        sl.page_size, sl.kv_page_stride, sl.num_slots = P, kc.strides[0], kc.shape[0] * P
+        lay.kv_pos_stride, lay.kv_head_stride = kc.strides[1], kc.strides[2]
+    elif len(kc.shape) == 3:
+        Gc, Dc = kc.shape[1:]
+        sl.num_slots = kc.shape[0]
+        lay.kv_pos_stride, lay.kv_head_stride = kc.strides[0], kc.strides[1]
+    else:
+        raise ValueError(f"k_cache must be [num_pages, page_size, num_kv_heads, head_dim] or [rows, num_kv_heads, "
+                         f"head_dim], got {kc.shape}")
+    if (Gc, Dc) != (G, D):
+        raise ValueError(f"the caches hold {Gc} heads of {Dc}, the new rows {G} of {D}")
+    if page_size is not None and len(kc.shape) == 4 and page_size != kc.shape[1]:
+        raise ValueError(f"page_size ({page_size}) differs from the cache's ({kc.shape[1]})")
+    kc.writable(), vc.writable()
+    arr, ptr = _index_array(slots, kc, np.int64, "slots", n)
+    sl.num_tokens, sl.slots = n, ptr
+    stream = _stream_of(kc) if cuda else None
+    ctx = _context(cuda, kc.device, stream, threads)
+    _check(_lib.fdec_kv_write(ctx, _C.byref(lay), _C.byref(sl), ka.ptr, va.ptr, kc.ptr, vc.ptr))
+    del arr
+
+
+class PagedKVCache:
+    """A paged K/V cache for one layer: pools of pages ([num_pages, page_size, num_kv_heads, head_dim], numpy or, with
+    device=, torch), a free list, and each sequence's pages and length.
+
+        cache = flashdec.PagedKVCache(num_pages=1024, page_size=16, num_kv_heads=8, head_dim=128)
+        s = cache.add_sequence()
+        cache.append(s, k_rows, v_rows)          # [n, num_kv_heads, head_dim]: pages taken as needed
+        out = cache.decode(q, [s, t], q_lens=[1, 4])
+        cache.free_sequence(s)                   # its pages back to the pool
+    """
+
+    def __init__(self, num_pages, page_size, num_kv_heads, head_dim, dtype=None, device=None):
+        import numpy as np
+        self.page_size, self.num_kv_heads, self.head_dim = int(page_size), int(num_kv_heads), int(head_dim)
+        shape = (int(num_pages), self.page_size, self.num_kv_heads, self.head_dim)
+        if device is not None:
+            import torch
+            dtype = dtype or torch.float16
+            self.k = torch.zeros(shape, dtype=dtype, device=device)
+            self.v = torch.zeros(shape, dtype=dtype, device=device)
+        else:
+            dtype = dtype or np.float16
+            self.k, self.v = np.zeros(shape, dtype), np.zeros(shape, dtype)
+        self._free = list(range(int(num_pages) - 1, -1, -1))
+        self._pages, self._lens, self._next = {}, {}, 0
+
+    def add_sequence(self):
+        """A new, empty sequence; returns its id."""
+        sid, self._next = self._next, self._next + 1
+        self._pages[sid], self._lens[sid] = [], 0
+        return sid
+
+    def free_sequence(self, sid):
+        """Gives the sequence's pages back to the pool."""
+        self._free.extend(reversed(self._pages.pop(sid)))
+        del self._lens[sid]
+
+    def length(self, sid):
+        return self._lens[sid]
+
+    def append(self, sid, k_rows, v_rows):
+        """Appends n tokens' K and V rows ([n, num_kv_heads, head_dim]) to sequence sid (fdec_kv_write)."""
+        import numpy as np
+        n, pages = int(k_rows.shape[0]), self._pages[sid]
+        end = self._lens[sid] + n
+        while len(pages) * self.page_size < end:
+            if not self._free:
+                raise MemoryError("PagedKVCache: no free page left")
+            pages.append(self._free.pop())
+        t = np.arange(self._lens[sid], end)
+        slots = np.asarray(pages, np.int64)[t // self.page_size] * self.page_size + t % self.page_size
+        kv_write(k_rows, v_rows, self.k, self.v, slots)
+        self._lens[sid] = end
+
+    def batch(self, sids):
+        """seq_lens and page_table of the sequences sids, in that order (numpy)."""
+        import numpy as np
+        width = max(1, max(len(self._pages[s]) for s in sids))
+        table = np.full((len(sids), width), -1, np.int32)
+        for i, s in enumerate(sids):
+            table[i, :len(self._pages[s])] = self._pages[s]
+        return np.array([self._lens[s] for s in sids], np.uint32), table
+
+    def decode(self, q, sids, **kw):
+        """decode_batch over the sequences sids (their new tokens appended already); keywords as decode_batch."""
+        lens, table = self.batch(sids)
+        if not isinstance(self.k, _np_ndarray_type()):
+            import torch
+            lens, table = torch.from_numpy(lens.astype("int32")).to(self.k.device), torch.from_numpy(table).to(self.k.device)
+            kw.setdefault("max_seq_len", int(max(self._lens[s] for s in sids)))
+            if kw.get("q_lens") is not None:
+                kw.setdefault("max_q_len", int(max(kw["q_lens"])))
+        return decode_batch(q, self.k, self.v, lens, page_table=table, **kw)
+
+
+def _np_ndarray_type():
+    import numpy as np
+    return np.ndarray

@@ -244,6 +244,7 @@ test-python: wheel
 	$(VENV)/bin/pip install -q --no-deps --force-reinstall $(WHEELHOUSE)/*.whl
 	cd tests/python && ../../$(VENV)/bin/python -m pytest -q -rs .
 	cd /tmp && $(CURDIR)/$(VENV)/bin/python $(CURDIR)/examples/decode_loop.py --steps 200
+	cd /tmp && $(CURDIR)/$(VENV)/bin/python $(CURDIR)/examples/paged_generate.py --steps 60
 
 # The same suite on the CUDA backend (needs an NVIDIA GPU; prints a skip line without one), then
 # compute-sanitizer memcheck and racecheck over a subset when the tool is there.

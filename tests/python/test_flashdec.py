@@ -314,3 +314,85 @@ def test_torch_cuda_merge_of_shards():
     out, lse = flashdec.merge([p[0] for p in parts], [p[1] for p in parts], return_lse=True)
     assert out.is_cuda and (out - whole).abs().max().item() < 1e-5
     assert (lse - whole_lse).abs().max().item() < 1e-4
+
+
+# ---- batches ----
+
+def reference_tokens(q_rows, k, v, seq_len, window=0, **kw):
+    """float64 out [n, H, D] for n query tokens at positions seq_len - n .. seq_len - 1, each causal."""
+    n = q_rows.shape[0]
+    outs = [reference(q_rows[i], k, v, seq_len - n + 1 + i, window, **kw)[0] for i in range(n)]
+    return np.stack(outs)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_decode_batch_paged_and_contiguous(seed):
+    rng = np.random.default_rng(500 + seed)
+    D, G, R = int(rng.choice([16, 64, 128])), int(rng.integers(1, 4)), int(rng.integers(1, 5))
+    H, B, P = G * R, int(rng.integers(1, 6)), int(rng.choice([1, 7, 16]))
+    window = int(rng.choice([0, 0, 50]))
+    lens = rng.integers(1, 300, size=B)
+    qls = np.minimum(rng.integers(1, 17, size=B), lens)
+    cache = flashdec.PagedKVCache(num_pages=int(sum((lens + P - 1) // P)) + 3, page_size=P, num_kv_heads=G,
+                                  head_dim=D, dtype=np.float32)
+    dense = []
+    sids = []
+    for b in range(B):
+        k = rng.uniform(-1, 1, (lens[b], G, D)).astype(np.float32)
+        v = rng.uniform(-1, 1, (lens[b], G, D)).astype(np.float32)
+        s = cache.add_sequence()
+        cache.append(s, k[: lens[b] // 2], v[: lens[b] // 2])  # two appends: pages taken as the sequence grows
+        cache.append(s, k[lens[b] // 2:], v[lens[b] // 2:])
+        sids.append(s)
+        dense.append((k, v))
+    q = rng.uniform(-1, 1, (int(qls.sum()), H, D)).astype(np.float32)
+    out, lse = cache.decode(q, sids, q_lens=qls, window=window, return_lse=True)
+    # the same batch from contiguous caches
+    rows = int(lens.max())
+    kc = np.full((B, rows, G, D), np.nan, np.float32)
+    vc = np.full((B, rows, G, D), np.nan, np.float32)
+    for b in range(B):
+        kc[b, :lens[b]], vc[b, :lens[b]] = dense[b]
+    out2 = flashdec.decode_batch(q, kc, vc, lens, q_lens=qls, window=window)
+    r0 = 0
+    for b in range(B):
+        ref = reference_tokens(q[r0:r0 + qls[b]], *dense[b], int(lens[b]), window)
+        assert np.abs(out[r0:r0 + qls[b]] - ref).max() < 2e-5
+        assert np.abs(out2[r0:r0 + qls[b]] - ref).max() < 2e-5
+        r0 += qls[b]
+    assert lse.shape == (int(qls.sum()), H)
+
+
+def test_paged_cache_reuses_freed_pages():
+    cache = flashdec.PagedKVCache(num_pages=4, page_size=4, num_kv_heads=1, head_dim=8)
+    a = cache.add_sequence()
+    cache.append(a, np.ones((16, 1, 8), np.float32), np.ones((16, 1, 8), np.float32))
+    b = cache.add_sequence()
+    with pytest.raises(MemoryError):
+        cache.append(b, np.ones((1, 1, 8), np.float32), np.ones((1, 1, 8), np.float32))
+    cache.free_sequence(a)
+    cache.append(b, np.full((5, 1, 8), 2, np.float32), np.full((5, 1, 8), 3, np.float32))
+    out = cache.decode(np.ones((1, 1, 8), np.float32), [b])
+    assert np.allclose(out, 3)
+
+
+def test_kv_write_slots_and_bad_slot():
+    k = np.zeros((10, 2, 4), np.float16)
+    v = np.zeros((10, 2, 4), np.float16)
+    new = np.arange(16, dtype=np.float32).reshape(2, 2, 4)
+    flashdec.kv_write(new, new + 1, k, v, [7, -1])
+    assert (k[7] == new[0]).all() and (v[7] == new[0] + 1).all() and not k[:7].any()
+    with pytest.raises(ValueError, match="slots"):
+        flashdec.kv_write(new, new, k, v, [3, 10])
+    assert not k[3].any()
+
+
+def test_decode_batch_bad_input():
+    q = np.zeros((2, 2, 8), np.float32)
+    k = np.zeros((4, 16, 1, 8), np.float32)
+    table = np.array([[0, 1], [2, 9]], np.int32)  # page 9 is outside the pool of 4
+    with pytest.raises(ValueError, match="page_table"):
+        flashdec.decode_batch(q, k, k, [20, 20], page_table=table)
+    with pytest.raises(ValueError, match="q_lens"):
+        flashdec.decode_batch(np.zeros((3, 2, 8), np.float32), k, k, [2, 1], q_lens=[1, 2],
+                              page_table=np.array([[0], [1]], np.int32))

@@ -436,3 +436,173 @@ size_t fd_l3_bytes(void) {
     }
     return known = best;
 }
+
+/* ---- random batches (the tests and `flashdec verify`) ---- */
+
+void fd_batch_free(fd_batch_case *c) {
+    free(c->seq_lens), free(c->q_lens), free(c->table), free(c->k), free(c->v), free(c->q), free(c->sinks),
+        free(c->alibi);
+    memset(c, 0, sizeof *c);
+}
+
+/* The element offset of position t, KV head g, of sequence i, by the test's own arithmetic. */
+static size_t batch_where(const fd_batch_case *c, uint32_t i, uint64_t t, uint32_t g) {
+    const size_t ps = c->L.kv_pos_stride, hs = c->L.kv_head_stride;
+    if (c->b.page_size) {
+        const uint32_t P = c->b.page_size;
+        const int32_t page = c->table[(size_t)i * c->b.max_pages + t / P];
+        const size_t pstride = c->b.kv_page_stride ? c->b.kv_page_stride : (size_t)P * ps;
+        return (size_t)page * pstride + (size_t)(t % P) * ps + (size_t)g * hs;
+    }
+    const uint64_t row = c->L.ring_capacity ? t % c->L.ring_capacity : t;
+    return (size_t)i * c->b.kv_seq_stride + (size_t)row * ps + (size_t)g * hs;
+}
+
+/* A random batch: B sequences, paged (page size P) or contiguous (with a ring when ring), head-major pages or not. */
+int fd_batch_make(fd_batch_case *c, fd_rng *r, uint32_t B, uint32_t P, int head_major, int ring, int tokens,
+                      int variants) {
+    memset(c, 0, sizeof *c);
+    static const uint32_t bdims[] = {1, 7, 32, 64, 100, 128, 256};
+    const uint32_t D = bdims[fd_rand(r) % 7], G = 1 + (uint32_t)(fd_rand(r) % 3), R = 1 + (uint32_t)(fd_rand(r) % 4);
+    fdec_layer *L = &c->L;
+    L->head_dim = D, L->num_kv_heads = G, L->num_q_heads = G * R;
+    L->q_dtype = (fdec_dtype)(fd_rand(r) % 3), L->kv_dtype = (fdec_dtype)(fd_rand(r) % 3);
+    L->out_dtype = (fdec_dtype)(fd_rand(r) % 3);
+    const uint32_t maxlen = 1 + (uint32_t)(fd_rand(r) % 600);
+    L->window = fd_rand(r) % 3 == 0 ? 1 + (uint32_t)(fd_rand(r) % maxlen) : 0;
+    if (ring && !P) {
+        if (!L->window) L->window = 1 + (uint32_t)(fd_rand(r) % maxlen);
+        L->ring_capacity = L->window + FDEC_MAX_Q_LEN + (uint32_t)(fd_rand(r) % 8);
+    }
+    fdec_batch *b = &c->b;
+    b->num_seqs = B;
+    b->max_seq_len = maxlen;
+    b->max_q_len = tokens ? 1 + (uint32_t)(fd_rand(r) % FDEC_MAX_Q_LEN) : 1;
+    c->seq_lens = malloc(B * sizeof(uint32_t));
+    c->q_lens = malloc(B * sizeof(uint32_t));
+    for (uint32_t i = 0; i < B; i++) {
+        const uint32_t kind = (uint32_t)(fd_rand(r) % 8);
+        uint32_t n = kind == 0 ? 1 : kind == 1 ? maxlen : 1 + (uint32_t)(fd_rand(r) % maxlen);
+        if (L->ring_capacity && n > L->ring_capacity && fd_rand(r) % 2) n = maxlen; /* wrapped */
+        c->seq_lens[i] = n;
+        const uint32_t mq = b->max_q_len < n ? b->max_q_len : n;
+        c->q_lens[i] = fd_rand(r) % 4 == 0 ? mq : 1 + (uint32_t)(fd_rand(r) % mq); /* q_len = seq_len too */
+        c->rows += c->q_lens[i];
+    }
+    b->seq_lens = c->seq_lens;
+    b->q_lens = tokens ? c->q_lens : NULL;
+    if (!tokens)
+        for (uint32_t i = 0; i < B; i++) c->q_lens[i] = 1;
+    if (!tokens) c->rows = B;
+    const size_t es = fdec_dtype_size(L->kv_dtype);
+    if (P) {
+        b->page_size = P;
+        b->max_pages = (maxlen + P - 1) / P + (uint32_t)(fd_rand(r) % 3);
+        /* pages: each sequence's own, shuffled in the pool, and the first pages of sequence 1 those of sequence 0 (a
+         * shared prefix) */
+        uint32_t need = 0;
+        for (uint32_t i = 0; i < B; i++) need += (c->seq_lens[i] + P - 1) / P;
+        b->num_pages = need + 1 + (uint32_t)(fd_rand(r) % 4);
+        uint32_t *perm = malloc(b->num_pages * sizeof *perm);
+        for (uint32_t i = 0; i < b->num_pages; i++) perm[i] = i;
+        for (uint32_t i = b->num_pages - 1; i > 0; i--) {
+            const uint32_t j = (uint32_t)(fd_rand(r) % (i + 1)), t = perm[i];
+            perm[i] = perm[j], perm[j] = t;
+        }
+        c->table = malloc((size_t)B * b->max_pages * sizeof(int32_t));
+        uint32_t next = 0;
+        for (uint32_t i = 0; i < B; i++) {
+            fdec_problem s;
+            memset(&s, 0, sizeof s);
+            s.qpos = c->seq_lens[i] - 1, s.nq = c->q_lens[i], s.window = L->window;
+            const uint64_t lo = fdec_token_lo(&s, 0);
+            for (uint32_t pg = 0; pg < b->max_pages; pg++) {
+                int32_t *e = &c->table[(size_t)i * b->max_pages + pg];
+                if ((uint64_t)pg * P >= c->seq_lens[i]) *e = fd_rand(r) % 2 ? -1 : 12345678; /* past the end */
+                else if ((uint64_t)(pg + 1) * P <= lo) *e = -1;                             /* below the window */
+                else if (i == 1 && pg < 2 && (uint64_t)pg * P < c->seq_lens[0] && c->table[pg] >= 0)
+                    *e = c->table[pg]; /* shared with sequence 0 */
+                else *e = (int32_t)perm[next++];
+            }
+        }
+        free(perm);
+        if (head_major) { /* [page][kv_head][slot][dim] */
+            L->kv_pos_stride = D + (uint32_t)(fd_rand(r) % 3);
+            L->kv_head_stride = (size_t)P * L->kv_pos_stride + (uint32_t)(fd_rand(r) % 5);
+            b->kv_page_stride = G * L->kv_head_stride;
+        } else { /* [page][slot][kv_head][dim] */
+            L->kv_head_stride = D + (uint32_t)(fd_rand(r) % 3);
+            L->kv_pos_stride = G * L->kv_head_stride + (uint32_t)(fd_rand(r) % 3);
+            b->kv_page_stride = fd_rand(r) % 2 ? 0 : (size_t)P * L->kv_pos_stride + 8;
+        }
+        const size_t pstride = b->kv_page_stride ? b->kv_page_stride : (size_t)P * L->kv_pos_stride;
+        c->kv_elems = (size_t)b->num_pages * pstride + (size_t)G * L->kv_head_stride;
+        b->page_table = c->table;
+    } else {
+        L->kv_head_stride = D, L->kv_pos_stride = (size_t)G * D;
+        const size_t rows = L->ring_capacity ? L->ring_capacity : maxlen;
+        b->kv_seq_stride = rows * L->kv_pos_stride + (fd_rand(r) % 2 ? 0 : 16);
+        c->kv_elems = (size_t)B * b->kv_seq_stride;
+    }
+    c->k = malloc(c->kv_elems * es), c->v = malloc(c->kv_elems * es);
+    memset(c->k, 0xff, c->kv_elems * es); /* NaN: a row read that should not be shows */
+    memset(c->v, 0xff, c->kv_elems * es);
+    for (uint32_t i = 0; i < B; i++) { /* every attended row of every sequence (a shared page twice: same values) */
+        fdec_problem s;
+        memset(&s, 0, sizeof s);
+        s.qpos = c->seq_lens[i] - 1, s.nq = c->q_lens[i], s.window = L->window;
+        for (uint64_t t = fdec_token_lo(&s, 0); t < c->seq_lens[i]; t++)
+            for (uint32_t g = 0; g < G; g++) {
+                const size_t at = batch_where(c, i, t, g);
+                for (uint32_t d = 0; d < D; d++) {
+                    /* a shared page holds the same positions in both sequences: the value a function of them */
+                    fd_rng rv = {(t * 131 + g) * 977 + d + (P && i == 1 && t < 2 * P ? 0 : (uint64_t)i << 40)};
+                    fdec_store_elem(c->k, at + d, L->kv_dtype, (float)(2 * fd_uniform(&rv) - 1));
+                    fdec_store_elem(c->v, at + d, L->kv_dtype, (float)(2 * fd_uniform(&rv) - 1));
+                }
+            }
+    }
+    const size_t qn = c->rows * L->num_q_heads * D;
+    c->q = malloc(qn * fdec_dtype_size(L->q_dtype));
+    for (size_t i = 0; i < qn; i++) fdec_store_elem(c->q, i, L->q_dtype, (float)(2 * fd_uniform(r) - 1));
+    if (variants && fd_rand(r) % 2) {
+        L->softcap = fd_rand(r) % 2 ? (float)(1 + 10 * fd_uniform(r)) : 0;
+        c->sinks = malloc(L->num_q_heads * sizeof(float)), c->alibi = malloc(L->num_q_heads * sizeof(float));
+        for (uint32_t h = 0; h < L->num_q_heads; h++)
+            c->sinks[h] = (float)(4 * fd_uniform(r) - 2), c->alibi[h] = (float)(0.05 * fd_uniform(r));
+        L->sinks = fd_rand(r) % 2 ? c->sinks : NULL;
+        L->alibi_slopes = fd_rand(r) % 2 ? c->alibi : NULL;
+    }
+    return 0;
+}
+
+/* The reference of sequence i into out / lse (its rows): its attended rows gathered into a dense cache by where(),
+ * then the float64 reference with the sequence's tokens. Returns the tolerance. */
+double fd_batch_reference(const fd_batch_case *c, uint32_t i, size_t row0, double *out, double *lse) {
+    const fdec_layer *L = &c->L;
+    const uint32_t D = L->head_dim, G = L->num_kv_heads, n = c->seq_lens[i];
+    fdec_layer dense = *L;
+    dense.kv_pos_stride = dense.kv_head_stride = 0, dense.ring_capacity = 0, dense.window = L->window;
+    fdec_problem p;
+    if (fdec_problem_init(&dense, n, &p)) return -1;
+    p.nq = c->q_lens[i];
+    p.lo = (uint32_t)fdec_token_lo(&p, 0);
+    const size_t es = fdec_dtype_size(L->kv_dtype);
+    char *k = malloc((size_t)n * G * D * es), *v = malloc((size_t)n * G * D * es);
+    for (uint64_t t = p.lo; t < n; t++)
+        for (uint32_t g = 0; g < G; g++) {
+            memcpy(k + ((t * G + g) * D) * es, (const char *)c->k + batch_where(c, i, t, g) * es, D * es);
+            memcpy(v + ((t * G + g) * D) * es, (const char *)c->v + batch_where(c, i, t, g) * es, D * es);
+        }
+    const size_t qrow = (size_t)L->num_q_heads * D * fdec_dtype_size(L->q_dtype);
+    const char *q = (const char *)c->q + row0 * qrow;
+    fdec_reference(&p, q, k, v, out, lse);
+    double mx = 0;
+    for (size_t h = 0; h < (size_t)p.nq * p.H; h++) {
+        double qn = 0;
+        for (uint32_t d = 0; d < D; d++) qn += fabs(fdec_load_elem(q, h * D + d, L->q_dtype));
+        if (qn > mx) mx = qn;
+    }
+    free(k), free(v);
+    return fd_tolerance_of(L->out_dtype, D, mx * fabs(p.logits.scale)) + (L->alibi_slopes || L->softcap ? 1e-6 : 0);
+}

@@ -54,6 +54,28 @@ const char *fd_variants_name(const fdec_layer *L, char *buf, size_t n);
  * other. The attended work (heads x head_dim x positions) is capped at about 3e6 so a sweep stays quick. */
 void fd_random_config(fd_rng *r, fdec_layer *L, uint32_t *seq_len, fd_layout *layout);
 
+/* A random batch for fdec_decode_batch with its buffers: B sequences, paged (page size P, the pages shuffled in the
+ * pool, sequence 1 sharing sequence 0's first pages, -1 entries below the window and past the end, head-major pages
+ * or not) or contiguous (with a ring when ring), 1..16 tokens a sequence when tokens, logit variants now and then when
+ * variants; rows never attended are NaN. */
+typedef struct {
+    fdec_layer L;
+    fdec_batch b;
+    uint32_t *seq_lens, *q_lens;
+    int32_t *table;
+    void *k, *v, *q;
+    size_t kv_elems, rows;
+    float *sinks, *alibi;
+    size_t pos_stride_pool; /* elements between a page's (or a sequence's) rows */
+} fd_batch_case;
+int fd_batch_make(fd_batch_case *c, fd_rng *r, uint32_t B, uint32_t P, int head_major, int ring, int tokens,
+                  int variants);
+void fd_batch_free(fd_batch_case *c);
+/* The float64 reference of sequence i (its rows from row0 of q) into out [q_len][H][D] and lse [q_len][H]: its attended
+ * rows gathered into a dense cache by the test's own arithmetic, not the library's address rule. Returns the
+ * tolerance. */
+double fd_batch_reference(const fd_batch_case *c, uint32_t i, size_t row0, double *out, double *lse);
+
 /* Allocates and fills the buffers. `amp` scales q (large amp -> large logits). Returns 0 on success. */
 int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, fd_layout layout, float amp,
                     fd_rng *rng);

@@ -690,7 +690,8 @@ static int cmd_verify(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts("usage: flashdec verify [--seed N] [--configs N] [--path auto|scalar|avx2|avx512|neon]\n"
                  "  Random configurations (every dtype, head_dim 1..512, GQA 1..16, windows, rings, strided\n"
-                 "  layouts, logit variants) against the float64 reference. Exit code 1 if any fails.");
+                 "  layouts, logit variants), then a tenth as many random batches (paged and contiguous caches,\n"
+                 "  1..16 query tokens), against the float64 reference. Exit code 1 if any fails.");
             return 0;
         }
         if (strcmp(a, "--seed") && strcmp(a, "--configs") && strcmp(a, "--path"))
@@ -755,9 +756,42 @@ static int cmd_verify(int argc, char **argv) {
         free(ref), free(rl), free(out), free(lse);
         fd_problem_free(&pr);
     }
+    /* batches (fdec_decode_batch): paged and contiguous, 1..16 tokens, variants; a tenth as many */
+    const int nb = configs / 10 + 1;
+    static const uint32_t pages[] = {0, 0, 1, 3, 16, 32, 64, 128};
+    for (int i = 0; i < nb; i++) {
+        fd_batch_case c;
+        fd_batch_make(&c, &r, 1 + (uint32_t)(fd_rand(&r) % 6), pages[fd_rand(&r) % 8], (int)(fd_rand(&r) % 2),
+                      (int)(fd_rand(&r) % 3 == 0), (int)(fd_rand(&r) % 4 != 0), 1);
+        const uint32_t H = c.L.num_q_heads, D = c.L.head_dim;
+        void *out = malloc(c.rows * H * D * 4);
+        fdec_status st = fdec_decode_batch(ctx, &c.L, &c.b, c.q, c.k, c.v, out, NULL);
+        double e = st ? INFINITY : 0, tol = 1;
+        size_t row = 0;
+        for (uint32_t s = 0; !st && s < c.b.num_seqs; s++) {
+            const uint32_t nq = c.q_lens[s];
+            double *ref = malloc(sizeof(double) * nq * H * D), *rl = malloc(sizeof(double) * nq * H);
+            const double t = fd_batch_reference(&c, s, row, ref, rl);
+            for (size_t x = 0; x < (size_t)nq * H * D; x++) {
+                const double d = fabs(fdec_load_elem(out, row * H * D + x, c.L.out_dtype) - ref[x]) / t;
+                if (!(d <= e)) e = isnan(d) ? INFINITY : d;
+            }
+            free(ref), free(rl);
+            row += nq;
+        }
+        if (!(e <= tol)) {
+            fails++;
+            printf("FAIL batch %d: B=%u D=%u H=%u G=%u page=%u max_len=%u max_q=%u window=%u: err %.3g of tolerance%s%s\n",
+                   i, c.b.num_seqs, D, H, c.L.num_kv_heads, c.b.page_size, c.b.max_seq_len, c.b.max_q_len, c.L.window,
+                   e, st ? ": " : "", st ? fdec_last_error() : "");
+        }
+        if (e > worst) worst = e;
+        free(out);
+        fd_batch_free(&c);
+    }
     fdec_context_destroy(ctx);
-    printf("verify: %d configurations, seed %llu, %d failed, worst error %.2f of tolerance\n", configs,
-           (unsigned long long)seed, fails, worst);
+    printf("verify: %d configurations and %d batches, seed %llu, %d failed, worst error %.2f of tolerance\n", configs,
+           nb, (unsigned long long)seed, fails, worst);
     return fails ? 1 : 0;
 }
 

@@ -75,7 +75,7 @@ FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib wheel wheel-arm64 test test-arm64 test-arm64-full test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench install clean
+.PHONY: all lib wheel wheel-arm64 test test-arm64 test-arm64-full test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench bench-peer-cpu install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(CUDA_MOD) $(BUILD)/flashdec $(SP_LIB)
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/strassen.h src/cpu/simd.h $(HDRS)
@@ -367,6 +367,34 @@ demo: all
 bench: all
 	./$(BUILD)/flashdec bench --preset all --ctx 1024,4096,32768,131072 --threads 1,2 --reps 7 \
 	    --json $(BUILD)/bench-cpu.json
+
+# llama.cpp's CPU flash attention (ggml_flash_attn_ext over a unified cache with a mask) against fdec_decode_batch on
+# the same batches, in one process (bench/llamacpp_peer.c): ggml built from llama-cpp-python's source (PyPI), the
+# issue's cases, the table in build/bench-peer-cpu.txt. Needs cmake and a C++ compiler (installed if missing).
+PEER := $(BUILD)/peer
+LLAMA_CPP_PY := 0.3.36
+$(PEER)/.ggml-built:
+	@command -v cmake > /dev/null && command -v c++ > /dev/null || (apt-get update -qq && apt-get install -y -qq cmake g++)
+	mkdir -p $(PEER)
+	cd $(PEER) && python3 -m pip download -q --no-binary :all: --no-deps llama-cpp-python==$(LLAMA_CPP_PY) -d . && \
+	  tar xzf llama_cpp_python-$(LLAMA_CPP_PY).tar.gz
+	cmake -S $(PEER)/llama_cpp_python-$(LLAMA_CPP_PY)/vendor/llama.cpp -B $(PEER)/build -DCMAKE_BUILD_TYPE=Release \
+	  -DGGML_NATIVE=ON -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	  -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF > $(PEER)/cmake.log
+	cmake --build $(PEER)/build --target ggml -j2 > $(PEER)/build.log
+	touch $@
+$(PEER)/llamacpp_peer: bench/llamacpp_peer.c $(PEER)/.ggml-built $(BUILD)/libflashdec.a $(BUILD)/tools/bench_util.o
+	$(CC) $(BASE) -O2 -I$(PEER)/llama_cpp_python-$(LLAMA_CPP_PY)/vendor/llama.cpp/ggml/include -o $@ $< \
+	  $(BUILD)/tools/bench_util.o $(BUILD)/libflashdec.a -L$(PEER)/build/bin -lggml -lggml-base -lggml-cpu \
+	  -Wl,-rpath,$(CURDIR)/$(PEER)/build/bin $(LDLIBS)
+bench-peer-cpu: $(PEER)/llamacpp_peer
+	@printf '%-20s %5s %11s %5s %4s %12s %12s %12s %9s %8s %9s %9s\n' shape batch lengths q_len thr "llama.cpp us" \
+	  "flashdec us" "paged16 us" speedup paged/c GB/s "max diff" | tee $(BUILD)/bench-peer-cpu.txt
+	@for s in llama3-8b:128,32,8 lfm2:64,32,8 gemma4-sliding-full:256,16,8 gemma4-full:512,16,2; do \
+	  for b in 1 4 16; do \
+	    ./$(PEER)/llamacpp_peer --name $${s%%:*} --shape $${s##*:} --batch $$b --lens 512-8192 --threads 2 --reps 7 \
+	      | tee -a $(BUILD)/bench-peer-cpu.txt; \
+	  done; done
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/flashdec $(DESTDIR)$(PREFIX)/bin

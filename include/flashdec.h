@@ -86,7 +86,14 @@ typedef enum {
     FDEC_EBACKEND      /* the backend failed (CUDA error, busy context); the message has the details */
 } fdec_status;
 
-typedef enum { FDEC_F32 = 0, FDEC_F16, FDEC_BF16 } fdec_dtype;
+/* Element types. q and out are f32, f16 or bf16; K/V also any of the quantised types below:
+ *   FDEC_F8_E4M3, FDEC_F8_E5M2: one byte an element (OCP fp8; E4M3 has no inf, its NaN is S.1111.111); the value is
+ *     k_scale (or k_scales[g]) times the fp8 number, v_scale likewise (fdec_layer).
+ *   FDEC_Q8_0, FDEC_Q4_0: ggml's block formats bit for bit, 32 elements a block: an f16 scale d, then Q8_0's 32 int8
+ *     q (x = d q, 34 bytes) or Q4_0's 16 bytes of nibbles (x = d (nibble - 8); byte j holds element j in its low
+ *     nibble and element j + 16 in its high one; 18 bytes). head_dim and the strides must be multiples of 32 (strides
+ *     count elements; a row of D elements is D / 32 blocks), and the cache 2-byte aligned. */
+typedef enum { FDEC_F32 = 0, FDEC_F16, FDEC_BF16, FDEC_F8_E4M3, FDEC_F8_E5M2, FDEC_Q8_0, FDEC_Q4_0 } fdec_dtype;
 
 typedef enum { FDEC_BACKEND_CPU = 0, FDEC_BACKEND_CUDA } fdec_backend;
 
@@ -112,7 +119,8 @@ typedef struct {
     const float *sinks;        /* [num_q_heads]: one more logit per head, in the softmax's denominator only;
                                   -inf is no sink; on the CPU each must be finite or -inf */
     const float *alibi_slopes; /* [num_q_heads]: s_t += -alibi_slopes[h] * (query position - t); finite */
-    /* Scales of fp8 caches (a later release): must be 0 / NULL with the 16- and 32-bit K/V types. */
+    /* Scales of fp8 caches (0: 1; finite, not negative): K = k_scale * fp8, V = v_scale * fp8; k_scales and v_scales
+     * ([num_kv_heads], a device pointer on CUDA) override them per KV head. Must be 0 / NULL with other K/V types. */
     float k_scale, v_scale;
     const float *k_scales, *v_scales;
 } fdec_layer;

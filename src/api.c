@@ -92,7 +92,8 @@ static fdec_status check_strides(const fdec_problem *p, uint64_t rows) {
                               "num_kv_heads * head_stride and head_stride >= head_dim)",
                               ps, hs, (unsigned)rows, (unsigned)G, (unsigned)D);
     size_t end, bytes;
-    if (!fdec_kv_extent(&p->kv, rows, p->G, p->D, &end) || !fdec_size_mul(end, fdec_dtype_size(p->kvt), &bytes))
+    if (!fdec_kv_extent(&p->kv, rows, p->G, p->D, &end) ||
+        !fdec_size_mul(end / fdec_dtype_table[p->kvt].block + 1, fdec_dtype_table[p->kvt].block_bytes, &bytes))
         return fdec_set_error(FDEC_EINVAL, "kv strides too large: the cache's last element lies beyond the "
                                            "address space");
     return FDEC_OK;
@@ -114,6 +115,16 @@ static fdec_status problem_init_rows(const fdec_layer *L, uint32_t seq_len, uint
     if ((st = check_dtype("q_dtype", L->q_dtype)) || (st = check_dtype("kv_dtype", L->kv_dtype)) ||
         (st = check_dtype("out_dtype", L->out_dtype)))
         return st;
+    if (fdec_dtype_table[L->q_dtype].kv_only || fdec_dtype_table[L->out_dtype].kv_only)
+        return fdec_set_error(FDEC_EINVAL, "%s (%s) must be f32, f16 or bf16: %s is a K/V type only",
+                              fdec_dtype_table[L->q_dtype].kv_only ? "q_dtype" : "out_dtype",
+                              fdec_dtype_name(fdec_dtype_table[L->q_dtype].kv_only ? L->q_dtype : L->out_dtype),
+                              fdec_dtype_name(fdec_dtype_table[L->q_dtype].kv_only ? L->q_dtype : L->out_dtype));
+    const uint32_t blk = fdec_dtype_table[L->kv_dtype].block;
+    if (blk > 1 && (L->head_dim % blk || L->kv_pos_stride % blk || L->kv_head_stride % blk))
+        return fdec_set_error(FDEC_EINVAL, "%s caches come in blocks of %u elements: head_dim (%u), kv_pos_stride (%zu) "
+                                           "and kv_head_stride (%zu) must be multiples of %u",
+                              fdec_dtype_name(L->kv_dtype), blk, L->head_dim, L->kv_pos_stride, L->kv_head_stride, blk);
     if (L->ring_capacity && !L->window)
         return fdec_set_error(FDEC_EINVAL, "ring_capacity (%u) needs a window: a ring cache serves sliding-window "
                                            "layers only (window is 0)", L->ring_capacity);
@@ -124,9 +135,13 @@ static fdec_status problem_init_rows(const fdec_layer *L, uint32_t seq_len, uint
     if (!(L->softcap >= 0.0f) || !isfinite(L->softcap))
         return fdec_set_error(FDEC_EINVAL, "softcap (%g) must be 0 (off) or a positive finite number",
                               (double)L->softcap);
-    if (L->k_scale != 0.0f || L->v_scale != 0.0f || L->k_scales || L->v_scales)
+    if (!fdec_dtype_is_fp8(L->kv_dtype) && (L->k_scale != 0.0f || L->v_scale != 0.0f || L->k_scales || L->v_scales))
         return fdec_set_error(FDEC_EINVAL, "k_scale, v_scale, k_scales and v_scales apply to fp8 caches only; "
                                            "kv_dtype is %s", fdec_dtype_name(L->kv_dtype));
+    if (!(L->k_scale >= 0.0f) || !isfinite(L->k_scale) || !(L->v_scale >= 0.0f) || !isfinite(L->v_scale))
+        return fdec_set_error(FDEC_EINVAL, "%s (%g) must be finite and not negative (0 means 1)",
+                              !(L->k_scale >= 0.0f) || !isfinite(L->k_scale) ? "k_scale" : "v_scale",
+                              (double)(!(L->k_scale >= 0.0f) || !isfinite(L->k_scale) ? L->k_scale : L->v_scale));
 
     memset(p, 0, sizeof *p);
     p->D = L->head_dim;
@@ -138,6 +153,8 @@ static fdec_status problem_init_rows(const fdec_layer *L, uint32_t seq_len, uint
     p->logits.softcap = L->softcap;
     p->logits.alibi = L->alibi_slopes;
     p->logits.sinks = L->sinks;
+    p->scales.k = L->k_scale != 0.0f ? L->k_scale : 1.0f, p->scales.v = L->v_scale != 0.0f ? L->v_scale : 1.0f;
+    p->scales.ks = L->k_scales, p->scales.vs = L->v_scales;
     p->seq_len = seq_len;
     p->qpos = seq_len - 1;
     p->nq = 1;
@@ -224,18 +241,29 @@ static fdec_status check_head_array(const fdec_context *c, const char *name, con
     if ((uintptr_t)a % sizeof(float))
         return fdec_set_error(FDEC_EINVAL, "%s (%p) must be aligned to 4 bytes", name, (const void *)a);
     if (c->ops->check_ptr) return c->ops->check_ptr(c->impl, name, a);
-    for (uint32_t h = 0; h < H; h++)
-        if (!isfinite(a[h]) && !(sink && a[h] == -INFINITY))
+    for (uint32_t h = 0; h < H; h++) /* kind 1: a sink (-inf allowed); 2: a scale (not negative) */
+        if ((!isfinite(a[h]) && !(sink == 1 && a[h] == -INFINITY)) || (sink == 2 && !(a[h] >= 0.0f)))
             return fdec_set_error(FDEC_EINVAL, "%s[%u] (%g) must be finite%s", name, h, (double)a[h],
-                                  sink ? " or -inf (no sink)" : "");
+                                  sink == 1 ? " or -inf (no sink)" : sink == 2 ? " and not negative (0 means 1)" : "");
+    return FDEC_OK;
+}
+
+/* The layer's arrays (sinks, ALiBi slopes, fp8 scales a KV head): aligned, and where c reads them on the host, their
+ * values. */
+static fdec_status check_arrays(const fdec_context *c, const fdec_problem *p) {
+    fdec_status st;
+    if ((st = check_head_array(c, "sinks", p->logits.sinks, p->H, 1)) ||
+        (st = check_head_array(c, "alibi_slopes", p->logits.alibi, p->H, 0)) ||
+        (st = check_head_array(c, "k_scales", p->scales.ks, p->G, 2)) ||
+        (st = check_head_array(c, "v_scales", p->scales.vs, p->G, 2)))
+        return st;
     return FDEC_OK;
 }
 
 /* The problem of a call on c: the layer's checks, then its arrays' where c reads them on the host. */
 static fdec_status problem_on(const fdec_context *c, const fdec_layer *layer, uint32_t seq_len, fdec_problem *p) {
     fdec_status st = fdec_problem_init(layer, seq_len, p);
-    if (!st && !(st = check_head_array(c, "sinks", p->logits.sinks, p->H, 1)))
-        st = check_head_array(c, "alibi_slopes", p->logits.alibi, p->H, 0);
+    if (!st) st = check_arrays(c, p);
     return st;
 }
 
@@ -251,8 +279,8 @@ fdec_status fdec_context_reserve(fdec_context *c, const fdec_layer *layer, uint3
 static fdec_status decode_problem(fdec_context *c, const fdec_problem *p, const void *q, const void *k, const void *v,
                                   void *out, float *lse) {
     fdec_status st;
-    if ((st = check_ptr("q", q, fdec_dtype_size(p->qt))) || (st = check_ptr("k", k, fdec_dtype_size(p->kvt))) ||
-        (st = check_ptr("v", v, fdec_dtype_size(p->kvt))) || (st = check_ptr("out", out, fdec_dtype_size(p->ot))))
+    if ((st = check_ptr("q", q, fdec_dtype_size(p->qt))) || (st = check_ptr("k", k, fdec_dtype_align(p->kvt))) ||
+        (st = check_ptr("v", v, fdec_dtype_align(p->kvt))) || (st = check_ptr("out", out, fdec_dtype_size(p->ot))))
         return st;
     if (lse && (uintptr_t)lse % sizeof(float))
         return fdec_set_error(FDEC_EINVAL, "lse (%p) must be aligned to 4 bytes", (void *)lse);
@@ -306,6 +334,8 @@ fdec_status fdec_merge(fdec_context *c, uint32_t n, uint32_t H, uint32_t D, fdec
     if (D < 1 || D > FDEC_MAX_HEAD_DIM)
         return leave(c, fdec_set_error(FDEC_EINVAL, "head_dim (%u) must be in 1..%d", D, FDEC_MAX_HEAD_DIM));
     if ((st = check_dtype("dtype", t))) return leave(c, st);
+    if ((unsigned)t <= FDEC_DTYPE_LAST && fdec_dtype_table[t].kv_only)
+        return leave(c, fdec_set_error(FDEC_EINVAL, "dtype (%s) must be f32, f16 or bf16", fdec_dtype_name(t)));
     if (!outs || !lses) return leave(c, fdec_set_error(FDEC_EINVAL, "%s must not be NULL", outs ? "lses" : "outs"));
     for (uint32_t i = 0; i < n; i++) {
         if (!outs[i]) return leave(c, fdec_set_error(FDEC_EINVAL, "outs[%u] must not be NULL", i));
@@ -348,6 +378,11 @@ static fdec_status batch_init(const fdec_context *c, const fdec_layer *L, const 
                               L->ring_capacity, ps);
     if ((st = problem_init_rows(L, b->max_seq_len, ps ? ps : 0, &bp->p))) return st;
     fdec_problem *p = &bp->p;
+    const uint32_t blk = fdec_dtype_table[p->kvt].block;
+    if (b->kv_seq_stride % blk || b->kv_page_stride % blk)
+        return fdec_set_error(FDEC_EINVAL, "batch->kv_seq_stride (%zu) and kv_page_stride (%zu) must be multiples of "
+                                           "%u for %s caches", b->kv_seq_stride, b->kv_page_stride, blk,
+                              fdec_dtype_name(p->kvt));
     p->nq = mq < b->max_seq_len ? mq : b->max_seq_len;
     p->lo = (uint32_t)fdec_token_lo(p, 0);
     size_t one = 0, end;
@@ -426,13 +461,10 @@ fdec_status fdec_decode_batch(fdec_context *c, const fdec_layer *layer, const fd
     fdec_status st = enter(c);
     if (st) return st;
     fdec_batch_problem bp;
-    if ((st = batch_init(c, layer, batch, &bp)) ||
-        (st = check_head_array(c, "sinks", bp.p.logits.sinks, bp.p.H, 1)) ||
-        (st = check_head_array(c, "alibi_slopes", bp.p.logits.alibi, bp.p.H, 0)))
-        return leave(c, st);
+    if ((st = batch_init(c, layer, batch, &bp)) || (st = check_arrays(c, &bp.p))) return leave(c, st);
     const fdec_problem *p = &bp.p;
-    if ((st = check_ptr("q", q, fdec_dtype_size(p->qt))) || (st = check_ptr("k", k, fdec_dtype_size(p->kvt))) ||
-        (st = check_ptr("v", v, fdec_dtype_size(p->kvt))) || (st = check_ptr("out", out, fdec_dtype_size(p->ot))))
+    if ((st = check_ptr("q", q, fdec_dtype_size(p->qt))) || (st = check_ptr("k", k, fdec_dtype_align(p->kvt))) ||
+        (st = check_ptr("v", v, fdec_dtype_align(p->kvt))) || (st = check_ptr("out", out, fdec_dtype_size(p->ot))))
         return leave(c, st);
     if (lse && (uintptr_t)lse % sizeof(float))
         return leave(c, fdec_set_error(FDEC_EINVAL, "lse (%p) must be aligned to 4 bytes", (void *)lse));
@@ -473,6 +505,9 @@ fdec_status fdec_kv_write(fdec_context *c, const fdec_layer *layer, const fdec_k
     if (!s) return leave(c, fdec_set_error(FDEC_EINVAL, "slots must not be NULL"));
     if (s->num_slots < 1) return leave(c, fdec_set_error(FDEC_EINVAL, "slots->num_slots (0) must be at least 1"));
     if ((st = check_dtype("slots->src_dtype", s->src_dtype))) return leave(c, st);
+    if (fdec_dtype_table[s->src_dtype].kv_only)
+        return leave(c, fdec_set_error(FDEC_EINVAL, "slots->src_dtype (%s) must be f32, f16 or bf16",
+                                       fdec_dtype_name(s->src_dtype)));
     const uint32_t ps = s->page_size;
     if (layer && layer->ring_capacity)
         return leave(c, fdec_set_error(FDEC_EINVAL, "ring_capacity (%u) must be 0 for fdec_kv_write: a slot names its "
@@ -482,6 +517,9 @@ fdec_status fdec_kv_write(fdec_context *c, const fdec_layer *layer, const fdec_k
     if ((st = problem_init_rows(layer, 1, rows, &p))) return leave(c, st);
     size_t one = 0, end;
     fdec_kv_extent(&p.kv, rows, p.G, p.D, &one);
+    if (s->kv_page_stride % fdec_dtype_table[p.kvt].block)
+        return leave(c, fdec_set_error(FDEC_EINVAL, "slots->kv_page_stride (%zu) must be a multiple of %u for %s caches",
+                                       s->kv_page_stride, fdec_dtype_table[p.kvt].block, fdec_dtype_name(p.kvt)));
     if (ps) {
         size_t pstride = s->kv_page_stride;
         if (!pstride && !fdec_size_mul(ps, p.kv.ps, &pstride))
@@ -499,7 +537,7 @@ fdec_status fdec_kv_write(fdec_context *c, const fdec_layer *layer, const fdec_k
     if (!s->slots) return leave(c, fdec_set_error(FDEC_EINVAL, "slots->slots must not be NULL"));
     if ((st = check_ptr("k_src", k_src, fdec_dtype_size(s->src_dtype))) ||
         (st = check_ptr("v_src", v_src, fdec_dtype_size(s->src_dtype))) ||
-        (st = check_ptr("k", k, fdec_dtype_size(p.kvt))) || (st = check_ptr("v", v, fdec_dtype_size(p.kvt))))
+        (st = check_ptr("k", k, fdec_dtype_align(p.kvt))) || (st = check_ptr("v", v, fdec_dtype_align(p.kvt))))
         return leave(c, st);
     if (c->ops->check_ptr) {
         const char *names[] = {"slots->slots", "k_src", "v_src", "k", "v"};

@@ -2,6 +2,7 @@
  * f32 -> f16/bf16, in integer steps so that every platform gives the same bits. */
 #include "dtype.h"
 
+#include <math.h>
 #include <string.h>
 
 float fdec_f16_to_f32(uint16_t h) {
@@ -60,6 +61,115 @@ uint16_t fdec_f32_to_bf16(float f) {
 float fdec_load_f32(const void *base, size_t i) { return ((const float *)base)[i]; }
 float fdec_load_f16(const void *base, size_t i) { return fdec_f16_to_f32(((const uint16_t *)base)[i]); }
 float fdec_load_bf16(const void *base, size_t i) { return fdec_bf16_to_f32(((const uint16_t *)base)[i]); }
-void fdec_store_f32(void *base, size_t i, float x) { ((float *)base)[i] = x; }
-void fdec_store_f16(void *base, size_t i, float x) { ((uint16_t *)base)[i] = fdec_f32_to_f16(x); }
-void fdec_store_bf16(void *base, size_t i, float x) { ((uint16_t *)base)[i] = fdec_f32_to_bf16(x); }
+void fdec_store_f32(void *base, size_t i, const float *x, size_t n) { memcpy((float *)base + i, x, n * sizeof(float)); }
+void fdec_store_f16(void *base, size_t i, const float *x, size_t n) {
+    for (size_t j = 0; j < n; j++) ((uint16_t *)base)[i + j] = fdec_f32_to_f16(x[j]);
+}
+void fdec_store_bf16(void *base, size_t i, const float *x, size_t n) {
+    for (size_t j = 0; j < n; j++) ((uint16_t *)base)[i + j] = fdec_f32_to_bf16(x[j]);
+}
+
+/* ---- fp8 (OCP): E4M3 (bias 7, no inf, NaN S.1111.111) and E5M2 (the top byte of an f16) ---- */
+
+float fdec_e4m3_to_f32(uint8_t x) {
+    const uint32_t s = x >> 7, e = (x >> 3) & 15, m = x & 7;
+    float v;
+    if (e == 15 && m == 7) v = NAN;
+    else if (e) v = ldexpf(1.0f + m / 8.0f, (int)e - 7);
+    else v = ldexpf(m / 8.0f, -6);
+    return s ? -v : v;
+}
+
+/* f to the nearest of n-bit-mantissa fp8 values with exponent bias `bias` (E4M3: 3 bits, 7; E5M2: 2, 15), ties to
+ * even, saturating at the largest finite `maxv`; returns the magnitude's bits (the sign is the caller's). */
+static uint8_t fp8_bits(float a, int mbits, int bias, float maxv, uint8_t maxbits) {
+    if (a >= maxv) return maxbits; /* saturate (also +inf) */
+    if (a == 0.0f) return 0;
+    int e;
+    frexpf(a, &e); /* a = f * 2^e, f in [0.5, 1): the exponent of a is e - 1 */
+    int E = e - 1 + bias;
+    if (E < 1) E = 0; /* subnormal: the unit is 2^(1 - bias - mbits) */
+    const float unit = ldexpf(1.0f, (E ? E - bias : 1 - bias) - mbits);
+    float q = a / unit; /* exact: a power-of-two division */
+    float r = rintf(q);   /* ties to even under the default rounding mode */
+    uint32_t mant = (uint32_t)r;
+    if (E == 0) { /* subnormal, maybe rounded up into the first normal */
+        return (uint8_t)mant; /* mant up to 2^mbits, which is exponent 1, mantissa 0: the same bits */
+    }
+    /* normal: mant in [2^mbits, 2^(mbits + 1)]; a carry moves to the next exponent */
+    if (mant == (1u << (mbits + 1))) mant >>= 1, E++;
+    const uint32_t bits = ((uint32_t)E << mbits) | (mant & ((1u << mbits) - 1));
+    return bits > maxbits ? maxbits : (uint8_t)bits;
+}
+
+uint8_t fdec_f32_to_e4m3(float f) {
+    if (f != f) return 0x7f;
+    const uint8_t s = signbit(f) ? 0x80 : 0;
+    return s | fp8_bits(fabsf(f), 3, 7, 448.0f, 0x7e);
+}
+
+float fdec_e5m2_to_f32(uint8_t x) { return fdec_f16_to_f32((uint16_t)((uint16_t)x << 8)); }
+
+uint8_t fdec_f32_to_e5m2(float f) {
+    if (f != f) return 0x7e;
+    const uint8_t s = signbit(f) ? 0x80 : 0;
+    return s | fp8_bits(fabsf(f), 2, 15, 57344.0f, 0x7b);
+}
+
+float fdec_load_e4m3(const void *base, size_t i) { return fdec_e4m3_to_f32(((const uint8_t *)base)[i]); }
+float fdec_load_e5m2(const void *base, size_t i) { return fdec_e5m2_to_f32(((const uint8_t *)base)[i]); }
+void fdec_store_e4m3(void *base, size_t i, const float *x, size_t n) {
+    for (size_t j = 0; j < n; j++) ((uint8_t *)base)[i + j] = fdec_f32_to_e4m3(x[j]);
+}
+void fdec_store_e5m2(void *base, size_t i, const float *x, size_t n) {
+    for (size_t j = 0; j < n; j++) ((uint8_t *)base)[i + j] = fdec_f32_to_e5m2(x[j]);
+}
+
+/* ---- ggml's Q8_0 and Q4_0 blocks: an f16 scale d, then the 32 elements' codes ---- */
+
+static float block_scale(const uint8_t *b) { return fdec_f16_to_f32((uint16_t)(b[0] | b[1] << 8)); }
+static void set_scale(uint8_t *b, float d) {
+    const uint16_t h = fdec_f32_to_f16(d);
+    b[0] = (uint8_t)h, b[1] = (uint8_t)(h >> 8);
+}
+
+float fdec_load_q8_0(const void *base, size_t i) {
+    const uint8_t *b = (const uint8_t *)base + i / 32 * 34;
+    return block_scale(b) * (float)(int8_t)b[2 + i % 32];
+}
+
+float fdec_load_q4_0(const void *base, size_t i) {
+    const uint8_t *b = (const uint8_t *)base + i / 32 * 18;
+    const uint32_t j = i % 32, nib = j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4;
+    return block_scale(b) * (float)((int)nib - 8);
+}
+
+/* As ggml's quantize_row_q8_0_ref: d = max |x| / 127, q = round(x / d) (half away from zero). */
+void fdec_store_q8_0(void *base, size_t i, const float *x, size_t n) {
+    for (size_t k = 0; k < n; k += 32, x += 32) {
+        uint8_t *b = (uint8_t *)base + (i + k) / 32 * 34;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        set_scale(b, d);
+        for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+    }
+}
+
+/* As ggml's quantize_row_q4_0_ref: the element of largest magnitude m (its sign kept), d = m / -8, code =
+ * min(15, (int)(x / d + 8.5)). */
+void fdec_store_q4_0(void *base, size_t i, const float *x, size_t n) {
+    for (size_t k = 0; k < n; k += 32, x += 32) {
+        uint8_t *b = (uint8_t *)base + (i + k) / 32 * 18;
+        float amax = 0.0f, mx = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax) amax = fabsf(x[j]), mx = x[j];
+        const float d = mx / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        set_scale(b, d);
+        for (int j = 0; j < 16; j++) {
+            const float a = x[j] * id + 8.5f, c = x[j + 16] * id + 8.5f;
+            const uint8_t lo = (uint8_t)((int8_t)a < 15 ? (int8_t)a : 15), hi = (uint8_t)((int8_t)c < 15 ? (int8_t)c : 15);
+            b[2 + j] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}

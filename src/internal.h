@@ -23,7 +23,18 @@ typedef struct {
     uint32_t window;        /* the layer's window (0: none), for the tokens' ranges (fdec_token_lo) */
     fdec_dtype qt, kvt, ot;
     fdec_kv_layout kv;      /* where the K/V rows are (kv.h) */
+    struct {
+        float k, v;             /* fp8 caches' scales (1 otherwise; 0 in the layer became 1) */
+        const float *ks, *vs;   /* or per KV head ([G], 0 meaning 1), where set */
+    } scales;
 } fdec_problem;
+
+/* The scale of KV head g's K (which 0) or V (1) values: fp8 caches', 1 for every other type. */
+static inline float fdec_kv_scale(const fdec_problem *p, uint32_t g, int which) {
+    const float *a = which ? p->scales.vs : p->scales.ks;
+    const float x = a ? a[g] : which ? p->scales.v : p->scales.k;
+    return x != 0.0f ? x : 1.0f;
+}
 
 /* Query token i's position and the first position it attends (flashdec.h, "Rows"): token nq - 1 is at qpos, the
  * ones before it one position earlier each, and each attends [lo, its position] (causal among the new tokens). */

@@ -23,7 +23,7 @@ void fdec_reference(const fdec_problem *p, const void *q, const void *k, const v
                 const size_t base = fdec_kv_offset(&p->kv, 0, lo + j, g);
                 double acc = 0;
                 for (uint32_t d = 0; d < p->D; d++)
-                    acc += elem(q, row * p->D + d, p->qt) * elem(k, base + d, p->kvt);
+                    acc += elem(q, row * p->D + d, p->qt) * elem(k, base + d, p->kvt) * fdec_kv_scale(p, g, 0);
                 s[j] = fdec_logit_ref(&p->logits, acc, h, lo + j, qpos);
                 if (s[j] > mx) mx = s[j];
             }
@@ -35,7 +35,7 @@ void fdec_reference(const fdec_problem *p, const void *q, const void *k, const v
             for (uint32_t d = 0; d < p->D; d++) o[d] = 0;
             for (uint64_t j = 0; j < m; j++) {
                 const size_t base = fdec_kv_offset(&p->kv, 0, lo + j, g);
-                for (uint32_t d = 0; d < p->D; d++) o[d] += s[j] * elem(v, base + d, p->kvt);
+                for (uint32_t d = 0; d < p->D; d++) o[d] += s[j] * elem(v, base + d, p->kvt) * fdec_kv_scale(p, g, 1);
             }
             for (uint32_t d = 0; d < p->D; d++) o[d] /= sum;
             if (lse) lse[row] = mx + log(sum);

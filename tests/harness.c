@@ -68,7 +68,7 @@ int inputs_make(inputs *in, const fd_problem *pr) {
         in->q = pr->q, in->k = pr->k, in->v = pr->v;
         return 0;
     }
-    size_t qb = (size_t)pr->p.H * pr->p.D * fdec_dtype_size(pr->p.qt), kb = pr->kv_elems * fdec_dtype_size(pr->p.kvt);
+    size_t qb = (size_t)pr->p.H * pr->p.D * fdec_dtype_size(pr->p.qt), kb = fdec_dtype_bytes(pr->p.kvt, pr->kv_elems);
     in->dq = fd_dev_alloc(qb), in->dk = fd_dev_alloc(kb), in->dv = fd_dev_alloc(kb);
     if (!in->dq || !in->dk || !in->dv || fd_h2d(in->dq, pr->q, qb) || fd_h2d(in->dk, pr->k, kb) ||
         fd_h2d(in->dv, pr->v, kb))

@@ -44,7 +44,18 @@ void test_bad_input(void) {
     BAD("inf scale", l->scale = INFINITY, 10, 0, FDEC_EINVAL, "must be finite");
     BAD("bad q_dtype", l->q_dtype = (fdec_dtype)7, 10, 0, FDEC_EINVAL, "q_dtype (7)");
     BAD("bad kv_dtype", l->kv_dtype = (fdec_dtype)-1, 10, 0, FDEC_EINVAL, "kv_dtype (-1)");
-    BAD("bad out_dtype", l->out_dtype = (fdec_dtype)3, 10, 0, FDEC_EINVAL, "out_dtype (3)");
+    BAD("bad out_dtype", l->out_dtype = (fdec_dtype)9, 10, 0, FDEC_EINVAL, "out_dtype (9)");
+    BAD("fp8 q", l->q_dtype = FDEC_F8_E4M3, 10, 0, FDEC_EINVAL, "q_dtype (f8_e4m3) must be f32, f16 or bf16");
+    BAD("q8_0 out", l->out_dtype = FDEC_Q8_0, 10, 0, FDEC_EINVAL, "out_dtype (q8_0) must be f32, f16 or bf16");
+    BAD("q4_0 head_dim 48", (l->kv_dtype = FDEC_Q4_0, l->head_dim = 48), 10, 0, FDEC_EINVAL,
+        "must be multiples of 32");
+    BAD("q8_0 stride 80", (l->kv_dtype = FDEC_Q8_0, l->kv_pos_stride = 200), 10, 0, FDEC_EINVAL,
+        "must be multiples of 32");
+    BAD("negative k_scale", (l->kv_dtype = FDEC_F8_E4M3, l->k_scale = -1), 10, 0, FDEC_EINVAL,
+        "k_scale (-1) must be finite and not negative");
+    BAD("NaN v_scale", (l->kv_dtype = FDEC_F8_E5M2, l->v_scale = NAN), 10, 0, FDEC_EINVAL, "v_scale (");
+    BAD("inf k_scale", (l->kv_dtype = FDEC_F8_E5M2, l->k_scale = INFINITY), 10, 0, FDEC_EINVAL, "k_scale (inf)");
+    BAD("scale with q8_0", (l->kv_dtype = FDEC_Q8_0, l->v_scale = 2), 10, 0, FDEC_EINVAL, "fp8 caches only");
     BAD("ring without window", l->ring_capacity = 64, 10, 0, FDEC_EINVAL, "needs a window");
     BAD("ring < window", (l->window = 100, l->ring_capacity = 50), 10, 0, FDEC_EINVAL,
         "ring_capacity (50) must be at least window (100)");

@@ -70,6 +70,8 @@ int main(int argc, char **argv) {
         if (!short_run) STEP(test_work_stealing());
         STEP(test_concurrency());
     }
+    STEP(test_quant_blocks(pc, npc));
+    STEP(test_quant_nmse(pc, npc));
     STEP(test_batch_bad());
     STEP(test_kv_write(pc, npc));
     STEP(test_batch(pc, npc, configs / 4 + 20, seed));

@@ -32,7 +32,14 @@ const char *fd_layout_name(fd_layout l) {
 }
 
 static void fill_nan(void *buf, size_t n, fdec_dtype t) {
-    memset(buf, 0xff, n * fdec_dtype_size(t)); /* all-ones is a NaN in f32, f16 and bf16 */
+    /* all-ones is a NaN in every type: f32, f16, bf16, both fp8s, and a block's f16 scale */
+    memset(buf, 0xff, fdec_dtype_bytes(t, n));
+}
+
+/* x rounded up to a multiple of the K/V type's block (strides of block types) */
+static size_t blk_up(size_t x, fdec_dtype t) {
+    const size_t b = fdec_dtype_table[t].block;
+    return (x + b - 1) / b * b;
 }
 
 int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, fd_layout layout, float amp,
@@ -46,11 +53,11 @@ int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, f
     switch (layout) {
     case FD_DENSE: pr->layer.kv_pos_stride = pr->layer.kv_head_stride = 0; break;
     case FD_POS_PADDED: /* [pos][head][dim] with padded heads and rows */
-        pr->layer.kv_head_stride = D + 1 + fd_rand(rng) % 8;
-        pr->layer.kv_pos_stride = G * pr->layer.kv_head_stride + fd_rand(rng) % 5;
+        pr->layer.kv_head_stride = blk_up(D + 1 + fd_rand(rng) % 8, layer->kv_dtype);
+        pr->layer.kv_pos_stride = blk_up(G * pr->layer.kv_head_stride + fd_rand(rng) % 5, layer->kv_dtype);
         break;
     case FD_HEAD_MAJOR: /* [head][pos][dim], rows padded, room for more rows than used */
-        pr->layer.kv_pos_stride = D + fd_rand(rng) % 4;
+        pr->layer.kv_pos_stride = blk_up(D + fd_rand(rng) % 4, layer->kv_dtype);
         pr->layer.kv_head_stride = (rows + fd_rand(rng) % 3) * pr->layer.kv_pos_stride;
         break;
     default: return -1;
@@ -58,21 +65,24 @@ int fd_problem_make(fd_problem *pr, const fdec_layer *layer, uint32_t seq_len, f
     if (fdec_problem_init(&pr->layer, seq_len, &pr->p) != FDEC_OK) return -1;
     const fdec_problem *p = &pr->p;
     fdec_kv_extent(&p->kv, rows, (uint32_t)G, (uint32_t)D, &pr->kv_elems); /* fits: the layer was checked */
-    size_t qn = (size_t)p->H * D, es = fdec_dtype_size(p->kvt);
+    size_t qn = (size_t)p->H * D, kvb = fdec_dtype_bytes(p->kvt, pr->kv_elems);
     pr->q = malloc(qn * fdec_dtype_size(p->qt));
-    pr->k = fd_alloc_kv(pr->kv_elems * es);
-    pr->v = fd_alloc_kv(pr->kv_elems * es);
+    pr->k = fd_alloc_kv(kvb);
+    pr->v = fd_alloc_kv(kvb);
     if (!pr->q || !pr->k || !pr->v) return fd_problem_free(pr), -1;
     for (size_t i = 0; i < qn; i++) fdec_store_elem(pr->q, i, p->qt, (float)(amp * (2 * fd_uniform(rng) - 1)));
     fill_nan(pr->k, pr->kv_elems, p->kvt);
     fill_nan(pr->v, pr->kv_elems, p->kvt);
+    float kr[FDEC_MAX_HEAD_DIM], vr[FDEC_MAX_HEAD_DIM];
     for (uint64_t t = p->lo; t < p->seq_len; t++)
-        for (size_t g = 0; g < G; g++) {
+        for (size_t g = 0; g < G; g++) { /* a head's row at once: a block type quantises whole blocks */
             size_t base = fdec_kv_offset(&p->kv, 0, t, (uint32_t)g);
             for (size_t d = 0; d < D; d++) {
-                fdec_store_elem(pr->k, base + d, p->kvt, (float)(2 * fd_uniform(rng) - 1));
-                fdec_store_elem(pr->v, base + d, p->kvt, (float)(2 * fd_uniform(rng) - 1));
+                kr[d] = (float)(2 * fd_uniform(rng) - 1);
+                vr[d] = (float)(2 * fd_uniform(rng) - 1);
             }
+            fdec_store_row(pr->k, base, p->kvt, kr, D);
+            fdec_store_row(pr->v, base, p->kvt, vr, D);
         }
     return 0;
 }
@@ -192,7 +202,7 @@ double fd_lse_error(const fd_problem *pr, const float *lse, const double *ref) {
 }
 
 double fd_kv_bytes(const fdec_problem *p) {
-    return 2.0 * ((double)p->seq_len - p->lo) * p->G * p->D * (double)fdec_dtype_size(p->kvt);
+    return 2.0 * ((double)p->seq_len - p->lo) * p->G * (double)fdec_dtype_bytes(p->kvt, p->D);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -245,6 +255,16 @@ void fd_random_config(fd_rng *r, fdec_layer *L, uint32_t *seq_len, fd_layout *la
                           : rand_range(r, n, 1000000);
     }
     *layout = (fd_layout)(fd_rand(r) % FD_NUM_LAYOUTS);
+    if (fd_rand(r) % 4 == 0) { /* a quantised cache: fp8 (with scales now and then) or a block type */
+        L->kv_dtype = (fdec_dtype)(FDEC_F8_E4M3 + fd_rand(r) % 4);
+        if (fdec_dtype_table[L->kv_dtype].block > 1) {
+            const uint32_t b = fdec_dtype_table[L->kv_dtype].block;
+            L->head_dim = (L->head_dim + b - 1) / b * b;
+        } else if (fd_rand(r) % 2) {
+            L->k_scale = (float)(0.25 + 4 * fd_uniform(r));
+            L->v_scale = fd_rand(r) % 3 ? (float)(0.25 + 4 * fd_uniform(r)) : 0.0f;
+        }
+    }
 }
 
 /* ---- ceilings ---- */

@@ -49,7 +49,8 @@ void fd_random_variants(fd_rng *r, fd_variants *v);
 /* "softcap 30 sinks alibi" or "plain" into buf. */
 const char *fd_variants_name(const fdec_layer *L, char *buf, size_t n);
 
-/* Draws a random valid configuration: head_dim from 1 to 512 (odd ones too), GQA ratio 1..16, every dtype,
+/* Draws a random valid configuration: head_dim from 1 to 512 (odd ones too), GQA ratio 1..16, every dtype (a
+ * quantised K/V type a quarter of the time, fp8 with scales),
  * windows below/at/above seq_len, rings wrapped many times (seq_len up to 4e9), all layouts, scale 0, 1 or
  * other. The attended work (heads x head_dim x positions) is capped at about 3e6 so a sweep stays quick. */
 void fd_random_config(fd_rng *r, fdec_layer *L, uint32_t *seq_len, fd_layout *layout);

@@ -172,7 +172,7 @@ static int time_case(const preset *ps, uint32_t L, uint32_t threads, const bench
         fd_problem_free(&pr);
         return -1;
     }
-    const size_t H = pr.p.H, D = pr.p.D, kvb = pr.kv_elems * fdec_dtype_size(pr.p.kvt);
+    const size_t H = pr.p.H, D = pr.p.D, kvb = fdec_dtype_bytes(pr.p.kvt, pr.kv_elems);
     void *out = malloc(H * D * 4);
     float *lse = malloc(H * 4);
     /* copies of K/V so that each call reads memory the previous calls did not leave in the cache */
@@ -208,12 +208,12 @@ static int time_case(const preset *ps, uint32_t L, uint32_t threads, const bench
     uint32_t nslide = 1;
     const uint32_t wrows = L - pr.p.lo;
     if (layer.window && !layer.ring_capacity) {
-        const size_t region = (size_t)wrows * pr.p.kv.ps * fdec_dtype_size(pr.p.kvt);
+        const size_t region = fdec_dtype_bytes(pr.p.kvt, (size_t)wrows * pr.p.kv.ps);
         nslide = (uint32_t)(bo->rotate_bytes / (2 * region));
         if (nslide > L / wrows) nslide = L / wrows;
         if (nslide < 1) nslide = 1;
         for (uint32_t k = 1; k < nslide; k++) {
-            const size_t from = (size_t)pr.p.lo * pr.p.kv.ps * fdec_dtype_size(pr.p.kvt);
+            const size_t from = fdec_dtype_bytes(pr.p.kvt, (size_t)pr.p.lo * pr.p.kv.ps);
             const size_t to = from - (size_t)k * region;
             memcpy((char *)pr.k + to, (const char *)pr.k + from, region);
             memcpy((char *)pr.v + to, (const char *)pr.v + from, region);
@@ -286,7 +286,7 @@ static int time_case_cuda(const preset *ps, uint32_t L, const bench_opts *bo, do
         fd_problem_free(&pr);
         return -1;
     }
-    const size_t H = pr.p.H, D = pr.p.D, kvb = pr.kv_elems * fdec_dtype_size(pr.p.kvt);
+    const size_t H = pr.p.H, D = pr.p.D, kvb = fdec_dtype_bytes(pr.p.kvt, pr.kv_elems);
     const size_t qb = H * D * fdec_dtype_size(pr.p.qt), ob = H * D * fdec_dtype_size(pr.p.ot);
     /* copies covering well over the 60 MB L2 of an H200 (rotate_bytes), at most 256 */
     int ncopy = (int)((bo->rotate_bytes + 2 * kvb - 1) / (2 * kvb));

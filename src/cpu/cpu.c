@@ -283,8 +283,9 @@ static int steal(const run_ctx *r, uint32_t self) {
 static void load_q(const fdec_problem *p, const void *q, float *qs, fdec_cpu_cvt_in_fn cvt) {
     const uint32_t Dp = fdec_cpu_padded_dim(p->D);
     for (uint32_t x = 0; x < rows_of(p); x++) {
+        /* the scale, and an fp8 cache's K scale of the row's KV head (scores are q . K) */
         cvt(qs + (size_t)x * Dp, (const char *)q + fdec_dtype_bytes(p->qt, call_row(p, x) * p->D), p->D, p->qt,
-            p->logits.scale);
+            p->logits.scale * fdec_kv_scale(p, x / (p->R * p->nq), 0));
         for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)x * Dp + d] = 0.0f;
     }
 }
@@ -356,7 +357,9 @@ static void merge_task(void *arg, uint32_t i, uint32_t n) {
         float w[MAX_STATES], L;
         const size_t row = call_row(p, h); /* the token's row of q, out and lse */
         float M = fdec_merge_weights(nc, r->m + h, H, r->l + h, H, w, &L);
-        const float f = fdec_state_sink(&M, &L, fdec_logit_sink(&p->logits, (uint32_t)(row % p->H))); /* once */
+        const uint32_t head = (uint32_t)(row % p->H);
+        /* the sink's share, once; and an fp8 cache's V scale, on the weights (not on L) */
+        const float f = fdec_state_sink(&M, &L, fdec_logit_sink(&p->logits, head)) * fdec_kv_scale(p, head / p->R, 1);
         if (f != 1.0f)
             for (uint32_t c = 0; c < nc; c++) w[c] *= f;
         float *acc = r->o + (size_t)h * Dp;
@@ -462,11 +465,12 @@ static fdec_status cpu_kv_write(void *impl, const fdec_problem *p, const fdec_kv
         const uint64_t slot = (uint64_t)s->slots[i];
         const size_t at = ps ? (size_t)(slot / ps) * p->kv.page_stride + (size_t)(slot % ps) * p->kv.ps
                              : (size_t)slot * p->kv.ps;
-        for (uint32_t g = 0; g < p->G; g++)
-            for (uint32_t d = 0; d < p->D; d++) {
-                const size_t from = ((size_t)i * p->G + g) * p->D + d, to = at + (size_t)g * p->kv.hs + d;
-                fdec_store_elem(k, to, p->kvt, fdec_load_elem(k_src, from, s->src_dtype));
-                fdec_store_elem(v, to, p->kvt, fdec_load_elem(v_src, from, s->src_dtype));
+        float row[FDEC_MAX_HEAD_DIM];
+        for (uint32_t g = 0; g < p->G; g++) /* a head's row at once: a block type quantises whole blocks */
+            for (int which = 0; which < 2; which++) {
+                const size_t from = ((size_t)i * p->G + g) * p->D;
+                for (uint32_t d = 0; d < p->D; d++) row[d] = fdec_load_elem(which ? v_src : k_src, from + d, s->src_dtype);
+                fdec_store_row(which ? v : k, at + (size_t)g * p->kv.hs, p->kvt, row, p->D);
             }
     }
     return FDEC_OK;

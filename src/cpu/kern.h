@@ -62,14 +62,14 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
                            const char *kn, uint32_t nn, const uint32_t D, const fdec_dtype T, const uint32_t HT,
                            const char *vx) {
     const uint32_t P = NACC / HT; /* HT divides NACC: P * HT == NACC accumulators, one transposed reduction */
-    const size_t es = fdec_dtype_size(T);
-    const int spread = D % VW == 0 && D * es >= 512;
+    const size_t rowb = fdec_dtype_bytes(T, D); /* bytes of a head's row (whole blocks of a block type) */
+    const int spread = D % VW == 0 && rowb >= 512;
     for (uint32_t j0 = 0; j0 < nb; j0 += P) {
         /* the next block's rows j0 .. j0 + P: with rows of 8 lines or more, one line of each as the d loop
          * crosses each 64-byte line of a row (spread over the FMAs, not in a burst); shorter rows at once */
         const uint32_t npf = j0 + P < nn ? P : nn > j0 ? nn - j0 : 0;
         if (!spread)
-            for (uint32_t p = 0; p < npf; p++) prefetch_row(kn + (size_t)(j0 + p) * kstride, D * es);
+            for (uint32_t p = 0; p < npf; p++) prefetch_row(kn + (size_t)(j0 + p) * kstride, rowb);
         V acc[NACC];
         const char *kr[NACC];
         for (uint32_t p = 0; p < P; p++) {
@@ -80,11 +80,11 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
         const uintptr_t dv = (uintptr_t)vx - (uintptr_t)kb; /* K row -> V row: one register, not another pointer */
         uint32_t d = 0;
         for (; d + VW <= D; d += VW) {
-            if (spread && (d * es) % 64 == 0) {
-                for (uint32_t p = 0; p < npf; p++) PF_LINE(kn + (size_t)(j0 + p) * kstride + d * es);
+            if (spread && fdec_dtype_bytes(T, d) % 64 == 0) {
+                for (uint32_t p = 0; p < npf; p++) PF_LINE(kn + (size_t)(j0 + p) * kstride + fdec_dtype_bytes(T, d));
                 if (vx) /* the second ask for this block's V rows (CROSS_SHAPE) */
                     for (uint32_t p = 0; p < P; p++)
-                        if (j0 + p < nb) PF_LINE((const char *)((uintptr_t)kr[p] + d * es + dv));
+                        if (j0 + p < nb) PF_LINE((const char *)((uintptr_t)kr[p] + fdec_dtype_bytes(T, d) + dv));
             }
             V qv[8];
             for (uint32_t h = 0; h < HT; h++) {
@@ -94,13 +94,13 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
                 if (NACC + HT + 1 <= NVREG) vpin(&qv[h]);
             }
             for (uint32_t p = 0; p < P; p++) {
-                V kv = vload_kv(kr[p] + d * es, T);
+                V kv = vload_row(kr[p], d, T);
                 for (uint32_t h = 0; h < HT; h++) acc[h * P + p] = vfma(kv, qv[h], acc[h * P + p]);
             }
         }
         if (d < D) { /* q is zero-padded to Dp, so only K needs a short load */
             for (uint32_t p = 0; p < P; p++) {
-                V kv = vload_kv_n(kr[p] + d * es, D - d, T);
+                V kv = vload_kv_n(kr[p] + fdec_dtype_bytes(T, d), D - d, T); /* plain types: block types have no tail */
                 for (uint32_t h = 0; h < HT; h++)
                     acc[h * P + p] = vfma(kv, vloadf(q + (size_t)h * Dp + d), acc[h * P + p]);
             }
@@ -207,20 +207,20 @@ ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const fl
     V acc[8][8];
     for (uint32_t h = 0; h < HT; h++)
         for (uint32_t t = 0; t < DT; t++) acc[h][t] = vzero(); /* the block's sums, added to o at the end */
-    const size_t es = fdec_dtype_size(T);
     /* the lines of the next block's rows that begin in this tile's strip of dimensions: every tile asks for its
      * own, so the prefetches are spread over the tiles, and a line shared by several narrow strips (AVX2's 16- and
      * 32-byte strips of f16) is asked for once, not once a strip */
-    const size_t se0 = (size_t)(d0 + DT * VW) * es, se = se0 < D * es ? se0 : D * es;
-    const size_t pf0 = ((size_t)d0 * es + 63) & ~(size_t)63;
+    const size_t se0 = fdec_dtype_bytes(T, d0 + DT * VW), se = se0 < fdec_dtype_bytes(T, D) ? se0 : fdec_dtype_bytes(T, D);
+    const size_t pf0 = (fdec_dtype_bytes(T, d0) + 63) & ~(size_t)63;
     for (uint32_t j = 0; j < nb; j++) {
         if (j < nn)
             for (size_t b = pf0; b < se; b += 64) PF_LINE(vn + (size_t)j * vstride + b);
-        const char *vr = vb + (size_t)j * vstride + d0 * es;
+        const char *vr = vb + (size_t)j * vstride;
         V vv[8];
         for (uint32_t t = 0; t < DT; t++)
-            vv[t] = (D % VW && d0 + (t + 1) * VW > D) ? vload_kv_n(vr + t * VW * es, D - d0 - t * VW, T)
-                                                       : vload_kv(vr + t * VW * es, T);
+            vv[t] = (D % VW && d0 + (t + 1) * VW > D)
+                        ? vload_kv_n(vr + fdec_dtype_bytes(T, d0 + t * VW), D - d0 - t * VW, T)
+                        : vload_row(vr, d0 + t * VW, T);
         for (uint32_t h = 0; h < HT; h++) /* p[h][j] broadcast by each FMA (vfma_bcast) */
             for (uint32_t t = 0; t < DT; t++) acc[h][t] = vfma_bcast(sT + (size_t)h * NB + j, vv[t], acc[h][t]);
     }
@@ -391,8 +391,8 @@ ALWAYS_INLINE block_span block_at(const fdec_cpu_args *a, uint64_t t, uint64_t e
 /* All of one block's rows of KV head g asked for at once (a cold chunk's first block, head by head). */
 ALWAYS_INLINE void prefetch_block_head(const fdec_cpu_args *a, block_span b, uint32_t g, size_t rstride,
                                        size_t hstride, size_t hb) {
-    const size_t es = fdec_dtype_size(a->kvt);
-    prefetch_head((const char *)a->k, (const char *)a->v, b.off * es + g * hstride, b.nb, rstride, hb);
+    prefetch_head((const char *)a->k, (const char *)a->v, fdec_dtype_bytes(a->kvt, b.off) + g * hstride, b.nb, rstride,
+                  hb);
 }
 
 ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, float *m, float *l, float *o,
@@ -401,7 +401,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
     /* Dp from the compile-time D of the specialised copies: with the pitch a run-time value the fully unrolled
      * score tile of head_dim 64 kept its 32 q addresses on the stack under AVX2 */
     const uint32_t Dp = fdec_cpu_padded_dim(D), R = a->R;
-    const size_t es = fdec_dtype_size(T), rstride = a->kv.ps * es, hstride = a->kv.hs * es;
+    const size_t rstride = fdec_dtype_bytes(T, a->kv.ps), hstride = fdec_dtype_bytes(T, a->kv.hs);
     /* o and l are the sums of the current group of FDEC_CPU_GROUP_BLOCKS blocks; tot holds the earlier groups' (see
      * add_groups), untouched in a chunk of one group (1,024 positions) */
     double *const tot = (double *)(sT + (size_t)a->H * NB); /* 8-byte aligned: H x NB floats on from sT */
@@ -421,7 +421,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
         for (uint32_t d = 0; d < Dp; d++) o[(size_t)h * Dp + d] = 0.0f;
     }
     const char *kc = (const char *)a->k, *vc = (const char *)a->v;
-    const size_t hb = D * es; /* bytes of one KV head's part of a row */
+    const size_t hb = fdec_dtype_bytes(T, D); /* bytes of one KV head's part of a row */
     if (t0 >= t1) return;
     if (rg->ramp) prefetch_block_head(a, block_at(a, t0, t1), 0, rstride, hstride, hb); /* a cold chunk's first rows */
     for (uint64_t t = t0; t < t1;) {
@@ -437,7 +437,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
                 /* heads apart (e.g. [head][pos][dim]): a span each; else (dense rows) one span holds every head */
                 const uint32_t ng = hstride >= span ? a->G : 1;
                 for (uint32_t g = 0; g < ng; g++) {
-                    const size_t at = w.off * es + g * hstride;
+                    const size_t at = fdec_dtype_bytes(T, w.off) + g * hstride;
                     for (size_t b = 0; b < span; b += 4096) PF_LINE(kc + at + b), PF_LINE(vc + at + b);
                 }
             }
@@ -451,7 +451,8 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
         if ((g) + 1 < a->G) prefetch_block_head(a, cur, (g) + 1, rstride, hstride, hb);                         \
         prefetch_block_head(a, second, (g), rstride, hstride, hb);                                              \
     } while (0)
-        kv_rows b = {kc + cur.off * es, vc + cur.off * es, kc + nxt.off * es, vc + nxt.off * es,
+        kv_rows b = {kc + fdec_dtype_bytes(T, cur.off), vc + fdec_dtype_bytes(T, cur.off), kc + fdec_dtype_bytes(T, nxt.off),
+                     vc + fdec_dtype_bytes(T, nxt.off),
                      rstride, (uint32_t)cur.nb, (uint32_t)nxt.nb, t};
         if (rowmajor) {
             if (ramp) /* all at once: the scores need every head of the first block first */
@@ -493,8 +494,12 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
                                            float *o, float *sT) {                                               \
         chunk_impl(a, r, m, l, o, sT, (Dc) ? (Dc) : a->D, FDEC_##Tc, RM);                                       \
     }
-#define SPEC_T(Dc) SPEC(Dc, F16, 0, ) SPEC(Dc, BF16, 0, ) SPEC(Dc, F32, 0, )
-#define SPEC_RM(Dc) SPEC(Dc, F16, 1, _rm) SPEC(Dc, BF16, 1, _rm) SPEC(Dc, F32, 1, _rm)
+#define SPEC_T(Dc)                                                                                              \
+    SPEC(Dc, F16, 0, ) SPEC(Dc, BF16, 0, ) SPEC(Dc, F32, 0, ) SPEC(Dc, F8_E4M3, 0, ) SPEC(Dc, F8_E5M2, 0, )       \
+        SPEC(Dc, Q8_0, 0, ) SPEC(Dc, Q4_0, 0, )
+#define SPEC_RM(Dc)                                                                                             \
+    SPEC(Dc, F16, 1, _rm) SPEC(Dc, BF16, 1, _rm) SPEC(Dc, F32, 1, _rm) SPEC(Dc, F8_E4M3, 1, _rm)                  \
+        SPEC(Dc, F8_E5M2, 1, _rm) SPEC(Dc, Q8_0, 1, _rm) SPEC(Dc, Q4_0, 1, _rm)
 SPEC_T(0)
 SPEC_T(64)
 SPEC_T(128)
@@ -508,10 +513,14 @@ SPEC_RM(512)
 void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *m, float *l, float *o,
                         float *sT) {
 #define PICK1(Dc, sfx)                                                                                          \
-    (a->kvt == FDEC_F16    ? FN(chunk_##Dc##_F16##sfx)                                                          \
-     : a->kvt == FDEC_BF16 ? FN(chunk_##Dc##_BF16##sfx)                                                         \
-                           : FN(chunk_##Dc##_F32##sfx))
-    const int rm = fdec_dtype_size(a->kvt) * a->D >= ROWMAJOR_MIN_BYTES && a->R <= ROWMAJOR_MAX_R;
+    (a->kvt == FDEC_F16       ? FN(chunk_##Dc##_F16##sfx)                                                       \
+     : a->kvt == FDEC_BF16    ? FN(chunk_##Dc##_BF16##sfx)                                                      \
+     : a->kvt == FDEC_F8_E4M3 ? FN(chunk_##Dc##_F8_E4M3##sfx)                                                   \
+     : a->kvt == FDEC_F8_E5M2 ? FN(chunk_##Dc##_F8_E5M2##sfx)                                                   \
+     : a->kvt == FDEC_Q8_0    ? FN(chunk_##Dc##_Q8_0##sfx)                                                      \
+     : a->kvt == FDEC_Q4_0    ? FN(chunk_##Dc##_Q4_0##sfx)                                                      \
+                              : FN(chunk_##Dc##_F32##sfx))
+    const int rm = fdec_dtype_bytes(a->kvt, a->D) >= ROWMAJOR_MIN_BYTES && a->R <= ROWMAJOR_MAX_R;
 #define PICK(Dc) (rm ? PICK1(Dc, _rm) : PICK1(Dc, ))
     fdec_cpu_chunk_fn f;
     switch (a->D) {

@@ -8,8 +8,10 @@
  *   vzero, vset1, vloadf, vstoref, vfma(a,b,c)=a*b+c, vfma_bcast(p,b,c)=*p*b+c, vmul, vadd, vsub, vmax, vmin,
  *   vhsum, vhmax
  *   vany_gt(a, b)     whether a > b in any lane (false where either is NaN)
- *   vload_kv(p, T)    VW elements of K/V type T at p, as f32
+ *   vload_kv(p, T)    VW elements of a plain K/V type T (f32, f16, bf16, fp8) at p, as f32
  *   vload_kv_n(p,n,T) the first n < VW elements, zeros after (never reads past p + n)
+ *   vload_row(r,d,T)  elements d .. d + VW of the K/V row at r, any type (a block type's VW elements lie in one
+ *                     block: d is a multiple of VW); written once, below the sections
  *   vreduce_all(a, o) o[i] = sum of the lanes of a[i] for the NACC vectors a[0..NACC)
  *   vreduce_rows(a, o, pitch, P)   the same sums as NACC / P rows of P, pitch floats apart
  *   vround(x), vldexp(p, n)   round to nearest integer; p * 2^n (the two ISA-specific steps of vexp)
@@ -53,8 +55,11 @@ ALWAYS_INLINE float b2f(uint16_t h) {
 ALWAYS_INLINE float load1(const void *p, size_t i, fdec_dtype T) {
     if (T == FDEC_F32) return ((const float *)p)[i];
     if (T == FDEC_F16) return h2f(((const uint16_t *)p)[i]);
-    return b2f(((const uint16_t *)p)[i]);
+    if (T == FDEC_BF16) return b2f(((const uint16_t *)p)[i]);
+    return fdec_load_elem(p, i, T); /* fp8 and the block types: the type table's, exact */
 }
+/* A Q8_0 / Q4_0 block's f16 scale. */
+ALWAYS_INLINE float block_d(const uint8_t *b) { return h2f((uint16_t)(b[0] | b[1] << 8)); }
 
 /* Cephes expf polynomial on r in [-ln2/2, ln2/2]; exp(x) = 2^n * p(r), x = n ln2 + r. */
 #define EXP_HI 88.3762626647949f
@@ -97,8 +102,20 @@ ALWAYS_INLINE V vmin(V a, V b) { return _mm512_min_ps(a, b); }
 ALWAYS_INLINE float vhsum(V x) { return _mm512_reduce_add_ps(x); }
 ALWAYS_INLINE float vhmax(V x) { return _mm512_reduce_max_ps(x); }
 ALWAYS_INLINE int vany_gt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) != 0; }
+/* 16 fp8 values (bytes b) as f32: E5M2 is an f16's top byte; E4M3 moved into an f16's bits (sign, then exponent and
+ * mantissa 3 bits lower) is the value times 2^-8, and S.1111.111 is its NaN */
+ALWAYS_INLINE V fp8_to_ps(__m128i b, fdec_dtype T) {
+    const __m256i w = _mm256_cvtepu8_epi16(b);
+    if (T == FDEC_F8_E5M2) return _mm512_cvtph_ps(_mm256_slli_epi16(w, 8));
+    const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7f));
+    const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
+                                      _mm256_slli_epi16(mag, 7));
+    const V f = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+    return _mm512_mask_mov_ps(f, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7f)), _mm512_set1_ps(NAN));
+}
 ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
     if (T == FDEC_F32) return _mm512_loadu_ps(p);
+    if (T == FDEC_F8_E4M3 || T == FDEC_F8_E5M2) return fp8_to_ps(_mm_loadu_si128((const __m128i *)p), T);
     __m256i h = _mm256_loadu_si256((const __m256i *)p);
     if (T == FDEC_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -106,9 +123,20 @@ ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
 ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
     __mmask16 m = (__mmask16)((1u << n) - 1);
     if (T == FDEC_F32) return _mm512_maskz_loadu_ps(m, p);
+    if (T == FDEC_F8_E4M3 || T == FDEC_F8_E5M2)
+        return _mm512_maskz_mov_ps(m, fp8_to_ps(_mm_maskz_loadu_epi8(m, p), T));
     __m256i h = _mm256_maskz_loadu_epi16(m, p);
     if (T == FDEC_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+/* Elements j .. j + 16 (j 0 or 16) of a Q8_0 / Q4_0 block at b */
+ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T) {
+    const V d = _mm512_set1_ps(block_d(b));
+    if (T == FDEC_Q8_0) return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2 + j)))));
+    __m128i x = _mm_loadu_si128((const __m128i *)(b + 2));
+    if (j) x = _mm_srli_epi16(x, 4);
+    const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(x, _mm_set1_epi8(15))), _mm512_set1_epi32(8));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
 }
 /* out[i] = sum of a[i]'s lanes for the 16 vectors a[0..15], by a transposing add tree: 45 shuffles and adds for 16
  * sums instead of 16 separate reductions of 8 steps. The tree works inside the 128-bit lanes first (24 vshufps) and
@@ -169,9 +197,27 @@ ALWAYS_INLINE float vhmax(V x) {
 ALWAYS_INLINE int vany_gt(V a, V b) { return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ)) != 0; }
 ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
     if (T == FDEC_F32) return _mm256_loadu_ps(p);
+    if (T == FDEC_F8_E4M3 || T == FDEC_F8_E5M2) { /* as the AVX-512 section's fp8_to_ps, 8 at a time */
+        const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p));
+        if (T == FDEC_F8_E5M2) return _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
+        const __m128i mag = _mm_and_si128(w, _mm_set1_epi16(0x7f));
+        const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8), _mm_slli_epi16(mag, 7));
+        const V f = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+        const __m256i nan = _mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f)));
+        return _mm256_blendv_ps(f, _mm256_set1_ps(NAN), _mm256_castsi256_ps(nan));
+    }
     __m128i h = _mm_loadu_si128((const __m128i *)p);
     if (T == FDEC_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+/* Elements j .. j + 8 (j a multiple of 8 below 32) of a Q8_0 / Q4_0 block at b */
+ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T) {
+    const V d = _mm256_set1_ps(block_d(b));
+    if (T == FDEC_Q8_0) return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + j)))));
+    __m128i x = _mm_loadl_epi64((const __m128i *)(b + 2 + j % 16));
+    if (j >= 16) x = _mm_srli_epi16(x, 4);
+    const __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_and_si128(x, _mm_set1_epi8(15))), _mm256_set1_epi32(8));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
 }
 /* out[i] = sum of a[i]'s lanes for the 8 vectors a[0..7]: a transposing add tree that stays inside the 128-bit
  * lanes until its last step (shufps and adds), where each group of four sums is its low lane plus its high lane.
@@ -222,6 +268,11 @@ ALWAYS_INLINE float vhmax(V x) { return vmaxvq_f32(x); }
 ALWAYS_INLINE int vany_gt(V a, V b) { return vmaxvq_u32(vcgtq_f32(a, b)) != 0; }
 ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
     if (T == FDEC_F32) return vld1q_f32(p);
+    if (T == FDEC_F8_E4M3 || T == FDEC_F8_E5M2) { /* element by element (the AArch64 speed is not measured here) */
+        float buf[4];
+        for (int i = 0; i < 4; i++) buf[i] = load1(p, (size_t)i, T);
+        return vld1q_f32(buf);
+    }
     const uint16x4_t h = vld1_u16(p);
     if (T == FDEC_F16) return vcvt_f32_f16(vreinterpret_f16_u16(h));
     return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
@@ -303,6 +354,22 @@ ALWAYS_INLINE void vreduce_rows(const V *a, float *out, size_t pitch, const uint
     vreduce_rows_mem(a, out, pitch, P);
 }
 #endif
+
+#if FDEC_ISA == 0 || FDEC_ISA == 3
+/* Elements j .. j + VW of a Q8_0 / Q4_0 block at b, element by element */
+ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T) {
+    float buf[VW];
+    for (uint32_t i = 0; i < VW; i++) buf[i] = load1(b, j + i, T);
+    return vloadf(buf);
+}
+#endif
+
+/* Elements d .. d + VW of a K/V row at r: a plain type's at r + d elements, a block type's from its block */
+ALWAYS_INLINE V vload_row(const char *r, uint32_t d, fdec_dtype T) {
+    if (T == FDEC_Q8_0 || T == FDEC_Q4_0)
+        return vload_block((const uint8_t *)r + fdec_dtype_bytes(T, d), d % 32, T);
+    return vload_kv(r + (size_t)d * fdec_dtype_size(T), T);
+}
 
 #if FDEC_ISA == 1 || FDEC_ISA == 3
 /* AVX2 and NEON have no masked 16-bit load: a row's last, partial vector through a zeroed buffer */

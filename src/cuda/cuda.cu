@@ -247,8 +247,16 @@ static fdec_status ensure_scratch(cuda_impl *c, size_t floats) {
     return FDEC_OK;
 }
 
+/* The K/V types the kernels read: f32, f16, bf16 (fp8 and the block types not yet). */
+static fdec_status check_kv_type(const fdec_problem *p) {
+    if (p->kvt <= FDEC_BF16) return FDEC_OK;
+    return fdec_set_error(FDEC_EUNSUPPORTED, "kv_dtype %s is not on the CUDA backend yet (f32, f16 and bf16 are)",
+                          fdec_dtype_name(p->kvt));
+}
+
 static fdec_status cuda_reserve(void *impl, const fdec_problem *p) {
     cuda_impl *c = (cuda_impl *)impl;
+    if (fdec_status st0 = check_kv_type(p)) return st0;
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     launch_plan lp = make_plan(c, p, 0, 0, 1);
@@ -310,6 +318,7 @@ static fdec_cuda_params call_params(const cuda_impl *c, const fdec_problem *p, c
 static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
                                void *out, float *lse) {
     cuda_impl *c = (cuda_impl *)impl;
+    if (fdec_status st0 = check_kv_type(p)) return st0;
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     launch_plan lp = make_plan(c, p, (uint64_t)(uintptr_t)k, (uint64_t)(uintptr_t)v, 0);

@@ -178,7 +178,7 @@ fdec_status fdec_sp_decode(fdec_sp *sp, const fdec_layer *layer, uint32_t seq_le
         part.window = 0;
         /* the sink counts once: in the shard that holds the query's own position, never empty (flashdec.h) */
         if (b != seq_len) part.sinks = NULL;
-        const size_t off = (size_t)(a - shard_lo) * p.kv.ps * fdec_dtype_size(p.kvt);
+        const size_t off = fdec_dtype_bytes(p.kvt, (size_t)(a - shard_lo) * p.kv.ps);
         /* positions a.. of the call are its 0..; ALiBi counts from the query at seq_len - 1, past its end */
         st = fdec_decode_at(sp->ctx, &part, b - a, seq_len - 1 - a, q, (const char *)k + off, (const char *)v + off,
                             send, (float *)(send + ob));

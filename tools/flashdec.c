@@ -49,13 +49,13 @@ static int usage_error(const char *cmd, const char *fmt, const char *arg) {
     return 2;
 }
 
-static int parse_dtype(const char *s, fdec_dtype *t) {
-    if (!strcmp(s, "f32")) *t = FDEC_F32;
-    else if (!strcmp(s, "f16")) *t = FDEC_F16;
-    else if (!strcmp(s, "bf16")) *t = FDEC_BF16;
-    else return -1;
-    return 0;
+/* A type by the table's name (f32, f16, bf16, f8_e4m3, f8_e5m2, q8_0, q4_0); kv: whether a K/V-only type will do. */
+static int parse_dtype_kv(const char *s, fdec_dtype *t, int kv) {
+    for (int i = 0; i <= FDEC_DTYPE_LAST; i++)
+        if (!strcmp(s, fdec_dtype_table[i].name) && (kv || !fdec_dtype_table[i].kv_only)) return *t = (fdec_dtype)i, 0;
+    return -1;
 }
+static int parse_dtype(const char *s, fdec_dtype *t) { return parse_dtype_kv(s, t, 0); }
 
 
 /* A whole number in [lo, hi] (decimal, or 0x hex) into *out: 0, or -1 for anything else (a sign, trailing
@@ -398,7 +398,8 @@ static const char *bench_help =
     "  --ring N              ring capacity for --shape (0: contiguous)\n"
     "  --ctx LIST            context lengths, e.g. 1024,4096,32k (default 1024,4096,32768,131072)\n"
     "  --threads LIST        thread counts (default: all online CPUs)\n"
-    "  --kv f16|bf16|f32     K/V dtype (default f16); --q, --out likewise for q and out (default f32)\n"
+    "  --kv TYPE             K/V dtype: f16 (default), bf16, f32, f8_e4m3, f8_e5m2, q8_0, q4_0; --q, --out\n"
+    "                        likewise for q and out (f32, f16, bf16; default f32)\n"
     "  --backend cpu|cuda    (default cpu)\n"
     "  --path auto|scalar|avx2|avx512|neon   CPU kernel path (default auto)\n"
     "  --reps N              timed rounds over the rotating caches (default 5; median reported)\n"
@@ -488,7 +489,8 @@ static int cmd_bench(int argc, char **argv, int demo) {
         } else if (!strcmp(a, "--threads")) {
             if ((nthr = parse_list(val, thr, 8, 1)) < 1) return usage_error(cmd, "bad --threads list '%s'", val);
         } else if (!strcmp(a, "--kv")) {
-            if (parse_dtype(val, &bo.kvt)) return usage_error(cmd, "bad dtype '%s' (f32, f16, bf16)", val);
+            if (parse_dtype_kv(val, &bo.kvt, 1))
+                return usage_error(cmd, "bad K/V dtype '%s' (f32, f16, bf16, f8_e4m3, f8_e5m2, q8_0, q4_0)", val);
         } else if (!strcmp(a, "--q")) {
             if (parse_dtype(val, &bo.qt)) return usage_error(cmd, "bad dtype '%s' (f32, f16, bf16)", val);
         } else if (!strcmp(a, "--out")) {

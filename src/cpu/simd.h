@@ -28,6 +28,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#if FDEC_ISA == 1 || FDEC_ISA == 2
+#include <immintrin.h>
+#endif
+
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* Portable conversions, inlined. Written apart from api.c's on purpose: the reference converts with those, so
@@ -58,8 +62,17 @@ ALWAYS_INLINE float load1(const void *p, size_t i, fdec_dtype T) {
     if (T == FDEC_BF16) return b2f(((const uint16_t *)p)[i]);
     return fdec_load_elem(p, i, T); /* fp8 and the block types: the type table's, exact */
 }
-/* A Q8_0 / Q4_0 block's f16 scale. */
-ALWAYS_INLINE float block_d(const uint8_t *b) { return h2f((uint16_t)(b[0] | b[1] << 8)); }
+/* A Q8_0 / Q4_0 block's f16 scale (the x86 paths convert it with F16C: the portable conversion cost more than the
+ * rest of a vector's load). */
+ALWAYS_INLINE float block_d(const uint8_t *b) {
+#if FDEC_ISA == 1 || FDEC_ISA == 2
+    uint16_t h;
+    memcpy(&h, b, 2);
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+#else
+    return h2f((uint16_t)(b[0] | b[1] << 8));
+#endif
+}
 
 /* Cephes expf polynomial on r in [-ln2/2, ln2/2]; exp(x) = 2^n * p(r), x = n ln2 + r. */
 #define EXP_HI 88.3762626647949f

@@ -20,7 +20,9 @@ import threading as _threading
 
 __all__ = ["decode", "merge", "plan", "info", "Layer", "FlashdecError", "library_path"]
 
-_F32, _F16, _BF16 = 0, 1, 2
+_F32, _F16, _BF16, _E4M3, _E5M2, _Q8_0, _Q4_0 = 0, 1, 2, 3, 4, 5, 6
+# ggml's block types, held as uint8 storage: elements a block and its bytes
+_BLOCKS = {"q8_0": (_Q8_0, 32, 34), "q4_0": (_Q4_0, 32, 18)}
 _CPU, _CUDA = 0, 1
 _STATUS = {0: "ok", 1: "invalid argument", 2: "unsupported", 3: "out of memory", 4: "backend error"}
 
@@ -129,21 +131,24 @@ def _is_torch(x):
 def _dtype_code(x, what):
     if _is_torch(x):
         import torch
-        codes = {torch.float32: _F32, torch.float16: _F16, torch.bfloat16: _BF16}
+        codes = {torch.float32: _F32, torch.float16: _F16, torch.bfloat16: _BF16,
+                 getattr(torch, "float8_e4m3fn", None): _E4M3, getattr(torch, "float8_e5m2", None): _E5M2}
         code = codes.get(x.dtype)
     else:
         name = getattr(getattr(x, "dtype", None), "name", None)
-        code = {"float32": _F32, "float16": _F16, "bfloat16": _BF16}.get(name)
+        code = {"float32": _F32, "float16": _F16, "bfloat16": _BF16, "float8_e4m3fn": _E4M3,
+                "float8_e5m2": _E5M2}.get(name)
     if code is None:
         raise TypeError(f"{what} has dtype {getattr(x, 'dtype', type(x).__name__)}; flashdec takes float32, "
-                        f"float16 or bfloat16")
+                        f"float16 or bfloat16 (K/V also float8_e4m3fn, float8_e5m2, or uint8 blocks with "
+                        f"kv_dtype='q8_0' / 'q4_0')")
     return code
 
 
 class _Arr:
     """shape, element strides, data pointer, device of a numpy array or torch tensor."""
 
-    def __init__(self, x, what):
+    def __init__(self, x, what, blocks=None):
         if _is_torch(x):
             self.shape = tuple(x.shape)
             self.strides = tuple(x.stride())
@@ -167,7 +172,15 @@ class _Arr:
             self.device = None
         else:
             raise TypeError(f"{what} must be a numpy array or a torch tensor, not {type(x).__name__}")
-        self.dtype = _dtype_code(x, what)
+        self.dtype = _dtype_code(x, what) if blocks is None else blocks[0]
+        if blocks is not None:  # uint8 block storage: shape and strides in elements of the block type
+            code, per, nbytes = blocks
+            if str(getattr(x, "dtype", "")).split(".")[-1] != "uint8":
+                raise TypeError(f"{what} must be a uint8 array holding the blocks (kv_dtype given)")
+            if self.shape[-1] % nbytes or self.strides[-1] not in (1,) or any(st % nbytes for st in self.strides[:-1]):
+                raise ValueError(f"{what}: the last dimension and the strides must be whole blocks of {nbytes} bytes")
+            self.shape = self.shape[:-1] + (self.shape[-1] // nbytes * per,)
+            self.strides = tuple(st // nbytes * per for st in self.strides[:-1]) + (1,)
         self.obj = x
         self.what = what
 
@@ -314,9 +327,28 @@ class Layer:
                     scale=self.scale, threads=self.threads, **self.variants)
 
 
+def _blocks_of(kv_dtype):
+    if kv_dtype is None:
+        return None
+    if kv_dtype not in _BLOCKS:
+        raise ValueError(f"kv_dtype must be 'q8_0' or 'q4_0' (uint8 block storage); fp8 caches are float8 arrays, "
+                         f"got {kv_dtype!r}")
+    return _BLOCKS[kv_dtype]
+
+
+def _set_kv_scales(lay, qa, G, k_scale, v_scale, k_scales, v_scales):
+    """fp8 caches' scales into the layer; returns the arrays to keep alive."""
+    lay.k_scale = 0.0 if k_scale is None else float(k_scale)
+    lay.v_scale = 0.0 if v_scale is None else float(v_scale)
+    keep = (_head_array(k_scales, qa, G, "k_scales"), _head_array(v_scales, qa, G, "v_scales"))
+    lay.k_scales, lay.v_scales = keep[0][1], keep[1][1]
+    return keep
+
+
 def _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads, softcap=None, sinks=None,
-             alibi_slopes=None):
-    qa, ka, va = _Arr(q, "q"), _Arr(k, "k"), _Arr(v, "v")
+             alibi_slopes=None, kv_dtype=None, k_scale=None, v_scale=None, k_scales=None, v_scales=None):
+    blocks = _blocks_of(kv_dtype)
+    qa, ka, va = _Arr(q, "q"), _Arr(k, "k", blocks), _Arr(v, "v", blocks)
     oa = _Arr(out, "out") if out is not None else None
     devices = {x.cuda for x in (qa, ka, va) + ((oa,) if oa else ())}
     if len(devices) != 1:
@@ -343,6 +375,7 @@ def _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads, softc
         lay.softcap = float(softcap)
     keep = (_head_array(sinks, qa, H, "sinks"), _head_array(alibi_slopes, qa, H, "alibi_slopes"))
     lay.sinks, lay.alibi_slopes = keep[0][1], keep[1][1]
+    keep += _set_kv_scales(lay, qa, lay.num_kv_heads, k_scale, v_scale, k_scales, v_scales)
     lay._keep = keep  # the arrays live as long as the layer
     stream = _stream_of(qa) if cuda else None
     ctx = _context(cuda, qa.device, stream, threads)
@@ -350,7 +383,8 @@ def _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads, softc
 
 
 def decode(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, out=None, return_lse=False,
-           threads=None, softcap=None, sinks=None, alibi_slopes=None):
+           threads=None, softcap=None, sinks=None, alibi_slopes=None, kv_dtype=None, k_scale=None, v_scale=None,
+           k_scales=None, v_scales=None):
     """Decode attention for one query token. Returns out [num_q_heads, head_dim] (and lse [num_q_heads] in
     float32 when return_lse), allocated like q (numpy, or torch on q's device) unless `out` is given.
 
@@ -362,10 +396,14 @@ def decode(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, out=
     Logit variants (flashdec.h, "Logit variants"): softcap: cap the scaled logits at softcap * tanh(s / softcap)
     (Gemma 2: 50). sinks: [num_q_heads] sink logits, in the softmax's denominator only (gpt-oss; -inf: none).
     alibi_slopes: [num_q_heads] ALiBi slopes, s_t -= slope * (seq_len - 1 - t). sinks and alibi_slopes are
-    float32 (converted if not), on q's device."""
+    float32 (converted if not), on q's device.
+    Quantised caches: float8_e4m3fn / float8_e5m2 k and v (torch or ml_dtypes) with k_scale, v_scale (floats) or
+    k_scales, v_scales ([num_kv_heads]); ggml's q8_0 / q4_0 blocks as uint8 arrays [rows, num_kv_heads,
+    head_dim / 32 * block bytes] with kv_dtype='q8_0' or 'q4_0' (quantize() makes them)."""
     global _last_pointers
     qa, ka, va, oa, lay, seq_len, ctx = _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads,
-                                                 softcap, sinks, alibi_slopes)
+                                                 softcap, sinks, alibi_slopes, kv_dtype, k_scale, v_scale, k_scales,
+                                                 v_scales)
     H, D = qa.shape
     result = out if out is not None else _alloc_like(qa, H, D)
     lse = _alloc_lse(qa, H) if return_lse else None
@@ -684,3 +722,32 @@ class PagedKVCache:
 def _np_ndarray_type():
     import numpy as np
     return np.ndarray
+
+
+def quantize(x, kv_dtype, *, threads=None):
+    """x [rows, num_kv_heads, head_dim] (float32, float16 or bfloat16, numpy) quantised into ggml's blocks as uint8
+    [rows, num_kv_heads, head_dim / 32 * block bytes] (kv_dtype 'q8_0' or 'q4_0'), as ggml's reference quantiser does
+    (fdec_kv_write); the result passes to decode() with the same kv_dtype."""
+    import numpy as np
+    code, per, nbytes = _blocks_of(kv_dtype)
+    xa = _Arr(x, "x")
+    if len(xa.shape) != 3 or xa.cuda:
+        raise ValueError(f"x must be a [rows, num_kv_heads, head_dim] host array, got {xa.shape}")
+    rows, G, D = xa.shape
+    if D % per:
+        raise ValueError(f"head_dim ({D}) must be a multiple of {per} for {kv_dtype}")
+    x = np.ascontiguousarray(x)
+    outk = np.empty((rows, G, D // per * nbytes), np.uint8)
+    outv = np.empty_like(outk)
+    ka, kc = _Arr(x, "x"), _Arr(outk, "out", _BLOCKS[kv_dtype])
+    lay = _LayerC()
+    lay.head_dim, lay.num_q_heads, lay.num_kv_heads = D, G, G
+    lay.kv_dtype, lay.kv_pos_stride, lay.kv_head_stride = code, kc.strides[0], kc.strides[1]
+    sl = _SlotsC()
+    slots = np.arange(rows, dtype=np.int64)
+    sl.num_tokens, sl.slots, sl.num_slots, sl.src_dtype = rows, slots.__array_interface__["data"][0], max(rows, 1), ka.dtype
+    if rows:
+        ctx = _context(False, None, None, threads)
+        _check(_lib.fdec_kv_write(ctx, _C.byref(lay), _C.byref(sl), ka.ptr, ka.ptr, kc.ptr,
+                                  outv.__array_interface__["data"][0]))
+    return outk

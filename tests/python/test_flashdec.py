@@ -396,3 +396,48 @@ def test_decode_batch_bad_input():
     with pytest.raises(ValueError, match="q_lens"):
         flashdec.decode_batch(np.zeros((3, 2, 8), np.float32), k, k, [2, 1], q_lens=[1, 2],
                               page_table=np.array([[0], [1]], np.int32))
+
+
+# ---- quantised caches ----
+
+def dequantize_blocks(b, kind):
+    """ggml's Q8_0 / Q4_0 blocks (uint8 [..., nblocks * bytes]) to float64, from the format's definition."""
+    nbytes = 34 if kind == "q8_0" else 18
+    blocks = b.reshape(b.shape[:-1] + (-1, nbytes))
+    d = blocks[..., :2].copy().view(np.float16)[..., 0].astype(np.float64)[..., None]
+    if kind == "q8_0":
+        vals = blocks[..., 2:].view(np.int8).astype(np.float64)
+    else:
+        nib = blocks[..., 2:]
+        vals = np.concatenate([(nib & 15), (nib >> 4)], axis=-1).astype(np.float64) - 8
+    return (d * vals).reshape(b.shape[:-1] + (-1,))
+
+
+@pytest.mark.parametrize("kind", ["q8_0", "q4_0", "e4m3", "e5m2"])
+def test_quantised_caches(kind):
+    rng = np.random.default_rng(11)
+    H, G, L, D = 8, 2, 500, 64
+    q = rand(rng, (H, D), np.float32)
+    k, v = rand(rng, (L, G, D), np.float32), rand(rng, (L, G, D), np.float32)
+    if kind.startswith("q"):
+        kq, vq = flashdec.quantize(k, kind), flashdec.quantize(v, kind)
+        out = flashdec.decode(q, kq, vq, kv_dtype=kind, window=300)
+        kd, vd = dequantize_blocks(kq, kind), dequantize_blocks(vq, kind)
+    else:
+        t = ml_dtypes.float8_e4m3fn if kind == "e4m3" else ml_dtypes.float8_e5m2
+        kq, vq = (k / 0.5).astype(t), (v / 0.25).astype(t)
+        out = flashdec.decode(q, kq, vq, k_scale=0.5, v_scales=np.array([0.25, 0.25], np.float32), window=300)
+        kd, vd = kq.astype(np.float64) * 0.5, vq.astype(np.float64) * 0.25
+    ref, _ = reference(q, kd, vd, L, window=300)
+    assert np.abs(out - ref).max() < 2e-5  # the reference on the dequantised cache
+
+
+def test_quantised_bad_input():
+    q = np.zeros((2, 48), np.float32)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        flashdec.quantize(np.zeros((4, 1, 48), np.float32), "q8_0")
+    k = np.zeros((4, 1, 48), ml_dtypes.float8_e4m3fn)
+    with pytest.raises(ValueError, match="k_scale"):
+        flashdec.decode(q, k, k, k_scale=-1.0)
+    with pytest.raises(ValueError, match="fp8"):
+        flashdec.decode(q, np.zeros((4, 1, 48), np.float16), np.zeros((4, 1, 48), np.float16), v_scale=2.0)

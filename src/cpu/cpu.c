@@ -424,7 +424,8 @@ static fdec_status cpu_decode(void *impl, const fdec_problem *p, const void *q, 
     if (st) return st;
     char *base = c->scratch;
     fdec_cpu_args a = {p->D,    rows_of(p), p->G,     p->R * p->nq,         p->kv, p->kvt, k, v, NULL, &p->logits,
-                       p->qpos, pf_distance(c, p->D), p->nq, p->window};
+                       p->qpos, pf_distance(c, p->D), p->nq, p->window,
+                       p->logits.variant != FDEC_LOGITS_PLAIN || p->nq > 1};
     run_ctx r = {&a, p, q, (float *)(base + L.q), c, (float *)(base + L.m), (float *)(base + L.l), (float *)(base + L.o),
                  (float *)(base + L.s), runs, run, item, nc, out, lse};
     for (uint32_t i = 0; i < runs; i++) atomic_init(&run[i].w, run_pack(first[i], first[i + 1]));

@@ -36,6 +36,7 @@ typedef struct {
     uint64_t qpos;           /* the last query token's position (the logits hook's) */
     uint32_t pf_blocks;      /* blocks ahead the kernel prefetches rows (>= 1): pf_distance (cpu.c) */
     uint32_t nq, window;     /* query tokens; the window, for each token's range (fdec_token_lo) */
+    int hook;                /* the logits hook runs on each block: a logit variant, or several query tokens */
 } fdec_cpu_args;
 
 /* The prefetch distance in blocks for this machine: 1 on Intel processors, 2 elsewhere (TUNING.md). */

@@ -130,6 +130,11 @@ static const float iota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
 static __attribute__((noinline)) void logits_hook(const fdec_cpu_args *a, float *sT, uint32_t nb, uint32_t g,
                                                   uint64_t t) {
     const fdec_logits *L = a->logits;
+    /* with several tokens and no variant, only a block past the first token's position or, with a window, below the
+     * last token's range has anything to mask */
+    if (L->variant == FDEC_LOGITS_PLAIN &&
+        !(t + nb + a->nq > a->qpos + 2 || (a->window && t + a->window < a->qpos + 1)))
+        return;
     const int cap = L->variant & FDEC_LOGITS_SOFTCAP, alibi = L->variant & FDEC_LOGITS_ALIBI;
     const V c = vset1(cap ? L->softcap : 1.0f), ic = vset1(cap ? 1.0f / L->softcap : 1.0f);
     const uint32_t R0 = a->R / a->nq; /* the layer's query heads a KV head */
@@ -290,10 +295,7 @@ typedef struct {
 ALWAYS_INLINE void block_out(const fdec_cpu_args *a, const kv_rows *b, uint32_t hq, float *m, float *l, float *o,
                              float *sT, const uint32_t D, const fdec_dtype T, const char *kx) {
     const uint32_t R = a->R, Dp = fdec_cpu_padded_dim(D);
-    /* the hook where a variant is on, or where the block reaches past the first query token or, with a window,
-     * below the last token's range (several tokens) */
-    const int edge = a->nq > 1 && (b->t + b->nb + a->nq > a->qpos + 2 || (a->window && b->t + a->window < a->qpos + 1));
-    if (a->logits->variant != FDEC_LOGITS_PLAIN || edge) logits_hook(a, sT, b->nb, hq / R, b->t);
+    if (a->hook) logits_hook(a, sT, b->nb, hq / R, b->t); /* a variant, or several query tokens */
     for (uint32_t h = 0; h < R; h++) softmax_step(sT + (size_t)h * NB, b->nb, m + h, l + h, o + (size_t)h * Dp, Dp);
 #if FDEC_ISA == 2
     /* in the head_dim 512 copies only: compiled into the others, it made them slower by changing their code */

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Build, test and benchmark the CUDA backend on a GPU machine in one go (the device tool runs it there).
-#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [peer] [py] [gpus] [ncu]   (no argument: all but ncu)
+#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [variants] [peer] [py] [gpus] [ncu]   (no argument: all but ncu)
 # Logs and JSON go to $OUT (the device tool's output folder) or bench/results.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
-stages=${*:-build test sanitize bench peer py gpus}
+stages=${*:-build test sanitize bench variants peer py gpus}
 has() { [[ " $stages " == *" $1 "* ]]; }
 rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
@@ -32,6 +32,11 @@ fi
 if has bench; then
   timeout 150 ./build/flashdec bench --backend cuda --ctx 1024,4096,32768,131072 --reps 10 --json "$OUT/cuda-bench.json" \
     2>&1 | tee "$OUT/bench-cuda.log" || rc=1
+fi
+if has variants; then # the logit variants side by side with the plain call (#54's table)
+  timeout 150 ./build/flashdec bench --backend cuda --preset llama3-8b,lfm2,gemma4-sliding-full,gemma4-full \
+    --ctx 4096,32768,131072 --variants plain,softcap,sinks,alibi,plain --softcap 50 --reps 10 --no-check \
+    --json "$OUT/cuda-variants.json" 2>&1 | tee "$OUT/bench-variants.log" || rc=1
 fi
 if has peer; then
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1

@@ -710,7 +710,7 @@ class PagedKVCache:
     def decode(self, q, sids, **kw):
         """decode_batch over the sequences sids (their new tokens appended already); keywords as decode_batch."""
         lens, table = self.batch(sids)
-        if not isinstance(self.k, _np_ndarray_type()):
+        if _is_torch(self.k):  # the lengths and the table where the pools are (max_* from the host's copy)
             import torch
             lens, table = torch.from_numpy(lens.astype("int32")).to(self.k.device), torch.from_numpy(table).to(self.k.device)
             kw.setdefault("max_seq_len", int(max(self._lens[s] for s in sids)))
@@ -718,10 +718,6 @@ class PagedKVCache:
                 kw.setdefault("max_q_len", int(max(kw["q_lens"])))
         return decode_batch(q, self.k, self.v, lens, page_table=table, **kw)
 
-
-def _np_ndarray_type():
-    import numpy as np
-    return np.ndarray
 
 
 def quantize(x, kv_dtype, *, threads=None):

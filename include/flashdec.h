@@ -259,9 +259,11 @@ typedef struct {
     fdec_dtype src_dtype;   /* of k_src and v_src */
 } fdec_kv_slots;
 
-/* Writes num_tokens new tokens' K and V rows, k_src and v_src [num_tokens][num_kv_heads][head_dim] dense, into the
- * caches k and v (the layer's kv_dtype and strides) at the slots, converting the type (round to nearest even). On
- * the CPU every slot is checked before anything is written. */
+/* Writes num_tokens new tokens' K and V rows, k_src and v_src [num_tokens][num_kv_heads][head_dim] dense (f32, f16 or
+ * bf16), into the caches k and v (the layer's kv_dtype and strides) at the slots, converting the type: round to
+ * nearest even (fp8 saturating at its largest finite value), Q8_0 and Q4_0 quantised block by block as ggml's
+ * reference quantiser does. The layer's fp8 scales are not applied (k_src is written as it is). On the CPU every slot
+ * is checked before anything is written; the CUDA backend does not serve it in this release. */
 FDEC_API fdec_status fdec_kv_write(fdec_context *ctx, const fdec_layer *layer, const fdec_kv_slots *slots,
                                    const void *k_src, const void *v_src, void *k, void *v);
 

@@ -45,8 +45,10 @@ static inline size_t pick_stride(reader *r) {
     }
 }
 
-/* 4 for f32, else 2 (a dtype out of range too) */
-static inline size_t fuzz_elem_size(uint32_t t) { return t == FDEC_F32 ? 4 : 2; }
+/* 4 for f32, 1 for fp8, else 2 (a dtype out of range too) */
+static inline size_t fuzz_elem_size(uint32_t t) {
+    return t == FDEC_F32 ? 4 : t == FDEC_F8_E4M3 || t == FDEC_F8_E5M2 ? 1 : 2;
+}
 
 /* One fdec_decode call read from the fuzz bytes (fuzz_decode.c, fuzz_decode_cuda.c): arbitrary layer fields (dtypes
  * out of range too), seq_len and strides, and the sizes the contract gives its buffers. */
@@ -80,7 +82,11 @@ static inline int fuzz_case_read(reader *r, fuzz_case *c) {
     L->window = pick(r, 300);
     L->ring_capacity = take(r, 1) < 128 ? 0 : pick(r, 300);
     L->q_dtype = (fdec_dtype)(take(r, 1) % 4); /* 3 is out of range on purpose */
-    L->kv_dtype = (fdec_dtype)(take(r, 1) % 4);
+    { /* K/V: the plain types, fp8 (one byte an element) and one out of range (ggml's block types, with their
+       * blocks of 32, are the tests' and not drawn here) */
+        static const int kvt[6] = {FDEC_F32, FDEC_F16, FDEC_BF16, FDEC_F8_E4M3, FDEC_F8_E5M2, 9};
+        L->kv_dtype = (fdec_dtype)kvt[take(r, 1) % 6];
+    }
     L->out_dtype = (fdec_dtype)(take(r, 1) % 4);
     L->kv_pos_stride = pick_stride(r);
     L->kv_head_stride = pick_stride(r);

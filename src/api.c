@@ -321,8 +321,7 @@ fdec_status fdec_plan(fdec_context *c, const fdec_layer *layer, uint32_t seq_len
     if (!info) return leave(c, fdec_set_error(FDEC_EINVAL, "info must not be NULL"));
     if ((st = problem_on(c, layer, seq_len, &p))) return leave(c, st);
     memset(info, 0, sizeof *info);
-    c->ops->plan(c->impl, &p, info);
-    return leave(c, FDEC_OK);
+    return leave(c, c->ops->plan(c->impl, &p, info));
 }
 
 fdec_status fdec_merge(fdec_context *c, uint32_t n, uint32_t H, uint32_t D, fdec_dtype t, const void *const *outs,
@@ -486,8 +485,7 @@ fdec_status fdec_plan_batch(fdec_context *c, const fdec_layer *layer, const fdec
     fdec_batch_problem bp;
     if ((st = batch_init(c, layer, batch, &bp))) return leave(c, st);
     memset(info, 0, sizeof *info);
-    c->ops->plan(c->impl, &bp.p, info);
-    return leave(c, FDEC_OK);
+    return leave(c, c->ops->plan(c->impl, &bp.p, info));
 }
 
 fdec_status fdec_context_reserve_batch(fdec_context *c, const fdec_layer *layer, const fdec_batch *batch) {

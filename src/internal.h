@@ -66,7 +66,7 @@ typedef struct fdec_backend_ops {
     fdec_status (*reserve)(void *impl, const fdec_problem *p);
     fdec_status (*decode)(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
                           void *out, float *lse);
-    void (*plan)(void *impl, const fdec_problem *p, fdec_plan_info *info);
+    fdec_status (*plan)(void *impl, const fdec_problem *p, fdec_plan_info *info); /* refuses what decode would */
     /* Checks that a pointer is usable by this backend (a device pointer on CUDA; NULL passes). NULL where the
      * backend takes host pointers: then api.c checks the values of the layer's arrays before the call. */
     fdec_status (*check_ptr)(void *impl, const char *name, const void *ptr);

@@ -88,6 +88,8 @@ static const variant_case VARIANT_CASES[] = {
     {"softcap 5 gemma4 256/16/8 w1024 ring", 256, 16, 8, 1024, 1024, FDEC_BF16, 1.0f, 5000, 1.0f, 102, {5, 0, 0, 0, 0}},
     {"softcap 50 gemma2 256/16/8 L=2000", 256, 16, 8, 0, 0, FDEC_F16, 0, 2000, 1.0f, 103, {50, 0, 0, 0, 0}},
     {"softcap 2 odd 33/6/3 L=999 f32", 33, 6, 3, 0, 0, FDEC_F32, 1.0f, 999, 1.0f, 104, {2, 0, 0, 0, 0}},
+    /* a cap below 1 / FLT_MAX: its reciprocal overflows (the fuzzer found 0 x inf there) */
+    {"softcap 1.8e-39 45/1/1 w48", 45, 1, 1, 48, 0, FDEC_F16, 0, 35, 1.0f, 105, {1.8e-39f, 0, 0, 1, 1.0f}},
     /* sinks: none (-inf), random, one that outweighs every position, the gpt-oss geometry (64/64/8, window 128) */
     {"sinks -inf = plain 64/32/8 L=1500", 64, 32, 8, 0, 0, FDEC_F16, 0, 1500, 1.0f, 111, {0, 2, NINF, 0, 0}},
     {"sinks random gpt-oss 64/64/8 w128", 64, 64, 8, 128, 0, FDEC_BF16, 0, 4000, 1.0f, 112, {0, 1, 0, 0, 0}},

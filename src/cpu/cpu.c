@@ -477,7 +477,7 @@ static fdec_status cpu_kv_write(void *impl, const fdec_problem *p, const fdec_kv
     return FDEC_OK;
 }
 
-static void cpu_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
+static fdec_status cpu_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     cpu_impl *c = impl;
     fdec_split s = cpu_split(c, p, NULL);
     info->kv_start = s.lo;
@@ -488,6 +488,7 @@ static void cpu_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     info->grouped = 1;
     info->scratch_bytes = scratch_layout(p, nc, runs).total;
     info->path = fdec_cpu_path_name(c->path);
+    return FDEC_OK;
 }
 
 static void cpu_destroy(void *impl) {

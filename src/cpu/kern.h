@@ -136,7 +136,8 @@ static __attribute__((noinline)) void logits_hook(const fdec_cpu_args *a, float 
         !(t + nb + a->nq > a->qpos + 2 || (a->window && t + a->window < a->qpos + 1)))
         return;
     const int cap = L->variant & FDEC_LOGITS_SOFTCAP, alibi = L->variant & FDEC_LOGITS_ALIBI;
-    const V c = vset1(cap ? L->softcap : 1.0f), ic = vset1(cap ? 1.0f / L->softcap : 1.0f);
+    /* 1 / softcap, at most FLT_MAX: a cap below 1 / FLT_MAX made it inf, and 0 x inf a NaN */
+    const V c = vset1(cap ? L->softcap : 1.0f), ic = vset1(cap ? fminf(1.0f / L->softcap, FLT_MAX) : 1.0f);
     const uint32_t R0 = a->R / a->nq; /* the layer's query heads a KV head */
     for (uint32_t h = 0; h < a->R; h++) {
         float *s = sT + (size_t)h * NB;

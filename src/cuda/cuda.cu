@@ -359,8 +359,9 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     return FDEC_OK;
 }
 
-static void cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
+static fdec_status cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     cuda_impl *c = (cuda_impl *)impl;
+    if (fdec_status st0 = check_kv_type(p)) return st0;
     launch_plan lp = make_plan(c, p, 0, 0, 0);
     info->kv_start = lp.split.lo;
     info->kv_end = lp.split.hi;
@@ -369,6 +370,7 @@ static void cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     info->grouped = 1;
     info->scratch_bytes = state_floats(p, lp.split.num_chunks) * sizeof(float);
     info->path = lp.mma ? "cuda-mma" : lp.fast ? "cuda-vec16" : "cuda-generic";
+    return FDEC_OK;
 }
 
 static fdec_status check_one(const char *name, const void *ptr) {

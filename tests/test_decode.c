@@ -126,6 +126,7 @@ void test_sweep(path_ctx *pc, int npc, int configs, uint64_t seed) {
     fd_rng r = {seed};
     int done = 0;
     double worst = 0;
+    char worst_desc[256] = "";
     for (int i = 0; i < configs; i++) {
         fdec_layer L;
         uint32_t seq_len;
@@ -147,7 +148,10 @@ void test_sweep(path_ctx *pc, int npc, int configs, uint64_t seed) {
         else
             for (int c = 0; c < npc; c++) {
                 double e = run_and_check(pc[c].ctx, pc[c].name, &pr, &in, ref, ref_lse, (int)(fd_rand(&r) % 5) != 0);
-                if (e / fd_tolerance(&pr) > worst) worst = e / fd_tolerance(&pr);
+                if (e / fd_tolerance(&pr) > worst) {
+                    worst = e / fd_tolerance(&pr);
+                    describe(&pr, worst_desc, sizeof worst_desc);
+                }
             }
         inputs_free(&in);
         free(ref);
@@ -155,6 +159,7 @@ void test_sweep(path_ctx *pc, int npc, int configs, uint64_t seed) {
         fd_problem_free(&pr);
         done++;
     }
-    printf("sweep: %d random configurations x %d contexts, worst error %.2f of tolerance\n", done, npc, worst);
+    printf("sweep: %d random configurations x %d contexts, worst error %.2f of tolerance (%s)\n", done, npc, worst,
+           worst_desc);
 }
 

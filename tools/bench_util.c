@@ -164,7 +164,16 @@ void fd_reference(fd_problem *pr, double *out, double *lse) {
         for (uint32_t d = 0; d < p->D; d++) qn += fabs(fdec_load_elem(pr->q, (size_t)h * p->D + d, p->qt));
         if (qn > mx) mx = qn; /* |K| <= 1, so |q.k| <= sum |q| */
     }
-    pr->max_logit = mx * fabs(p->logits.scale);
+    /* an fp8 cache's scales make K and V that much larger than the values drawn in [-1, 1] */
+    double ks = 1, vs = 1;
+    for (uint32_t g = 0; g < p->G; g++) {
+        ks = fmax(ks, fdec_kv_scale(p, g, 0));
+        vs = fmax(vs, fdec_kv_scale(p, g, 1));
+    }
+    pr->max_logit = mx * fabs(p->logits.scale) * ks;
+    /* a soft-cap computes logits of up to its size in f32 (tanh's argument and product), whatever q's size */
+    if (p->logits.variant & FDEC_LOGITS_SOFTCAP && p->logits.softcap > pr->max_logit) pr->max_logit = p->logits.softcap;
+    pr->v_scale = vs;
 }
 
 /* Tolerance, in absolute terms (V is uniform in [-1, 1]):
@@ -178,7 +187,9 @@ double fd_tolerance_of(fdec_dtype out_dtype, uint32_t D, double max_logit) {
 
 double fd_lse_tolerance_of(double max_logit) { return 1e-5 + 1e-7 * max_logit; }
 
-double fd_tolerance(const fd_problem *pr) { return fd_tolerance_of(pr->p.ot, pr->p.D, pr->max_logit); }
+double fd_tolerance(const fd_problem *pr) {
+    return fd_tolerance_of(pr->p.ot, pr->p.D, pr->max_logit) * (pr->v_scale > 1 ? pr->v_scale : 1);
+}
 
 double fd_lse_tolerance(const fd_problem *pr) { return fd_lse_tolerance_of(pr->max_logit); }
 

@@ -28,6 +28,7 @@ typedef struct {
     size_t kv_elems; /* elements in each of k and v */
     fdec_problem p;
     double max_logit; /* largest |scale * q.k| over the attended range, set by fd_reference */
+    double v_scale;   /* the largest V scale (fp8 caches; else 1), set by fd_reference: out's size */
     float *sinks, *alibi; /* the layer's variant arrays, owned here (fd_problem_set_variants) */
 } fd_problem;
 

@@ -147,8 +147,6 @@ void test_quant_nmse(path_ctx *pc, int npc) {
                 const double e = nmse_of(pc[c].ctx, types[ti], shapes[si].D, shapes[si].H, shapes[si].G, shapes[si].n,
                                          100 + si);
                 if (!(e <= worst)) worst = e;
-                if (c == 0 && getenv("FDEC_NMSE_PRINT"))
-                    printf("  %s D=%u n=%u: %.3g\n", fdec_dtype_name(types[ti]), shapes[si].D, shapes[si].n, e);
             }
         /* Q8_0: ggml's test-backend-ops bound, 5e-4. E4M3's own rounding (3 mantissa bits) has an NMSE of 5.6e-4 on
          * uniform data, element by element (ml_dtypes agrees), so a decode cannot meet 5e-4: its bound is 8e-4. The

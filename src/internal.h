@@ -38,10 +38,13 @@ static inline float fdec_kv_scale(const fdec_problem *p, uint32_t g, int which) 
 
 /* Query token i's position and the first position it attends (flashdec.h, "Rows"): token nq - 1 is at qpos, the
  * ones before it one position earlier each, and each attends [lo, its position] (causal among the new tokens). */
-static inline uint64_t fdec_token_pos(const fdec_problem *p, uint32_t i) { return (uint64_t)p->qpos - (p->nq - 1 - i); }
+static inline uint64_t fdec_tok_pos(uint64_t qpos, uint32_t nq, uint32_t i) { return qpos - (nq - 1 - i); }
+static inline uint64_t fdec_tok_lo(uint64_t pos, uint32_t window) {
+    return window && pos + 1 > window ? pos + 1 - window : 0;
+}
+static inline uint64_t fdec_token_pos(const fdec_problem *p, uint32_t i) { return fdec_tok_pos(p->qpos, p->nq, i); }
 static inline uint64_t fdec_token_lo(const fdec_problem *p, uint32_t i) {
-    const uint64_t t = fdec_token_pos(p, i);
-    return p->window && t + 1 > p->window ? t + 1 - p->window : 0;
+    return fdec_tok_lo(fdec_token_pos(p, i), p->window);
 }
 
 /* A checked batch (api.c): the layer's problem at the batch's largest shape (max_seq_len positions, max_q_len tokens),

@@ -3,16 +3,15 @@
  * ALiBi. A sink is no logit of a position but one more state in the merge (state.h's fdec_state_sink), which every
  * backend's final merge takes from here (fdec_logits.sinks).
  *
- * The kernels fold the scale into q (q * scale, then dot products), so they apply fdec_logit_variant to the scaled
- * dot product (the GPU's fdec_logit2 to it in base 2, and the CPU's kernels a vector copy of the same formulas in
- * kern.h's logits_hook); the reference calls fdec_logit_ref. All of them must say the same thing, and the tests hold
- * each to the reference. A new variant is a bit here, its line in the three functions below and in logits_hook. */
+ * The kernels fold the scale into q (q * scale, then dot products), so they apply the variants to the scaled dot
+ * product: the GPU's fdec_logit2 in base 2, the CPU's kern.h logits_hook a vector at a time (the same formulas in
+ * base e); the reference calls fdec_logit_ref. All must say the same thing, and the tests hold each to the
+ * reference. A new variant is a bit here, its line in the two functions below and in logits_hook. */
 #ifndef FDEC_LOGITS_H
 #define FDEC_LOGITS_H
 
 #include "hd.h"
 
-#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -27,27 +26,16 @@ typedef struct {
     const float *sinks;   /* [H] or NULL: the sink logits, merged by fdec_state_sink */
 } fdec_logits;
 
-/* tanh(x) for the soft-cap: 1 - 2 / (e^2x + 1), in the form the CPU's vector copy uses (its absolute error, a few
+/* tanh(x) for the soft-cap: 1 - 2 / (e^2x + 1), in the form the CPU's vector copy uses (simd.h's vtanh) (its absolute error, a few
  * 1e-8, is what a logit sees). The argument is clamped where tanh is +-1 in f32; a NaN stays NaN. */
 FDEC_HD float fdec_softcap_tanh(float x) {
     const float c = x > 9.0f ? 9.0f : x < -9.0f ? -9.0f : x;
     return 1.0f - 2.0f / (expf(2.0f * (x != x ? x : c)) + 1.0f);
 }
 
-/* The logit of a scaled dot product s of query head h at key position t, for the query at position qpos. An
- * infinite s (an inf in q or K) stays infinite, so that the kernels make the head NaN. An ALiBi bias past f32's range
- * leaves the logit at -FLT_MAX, a weight of 0 (the CPU's softmax would take -inf for an inf input); the GPU kernels
- * take -inf as a weight of 0 and need no clamp. */
-FDEC_HD float fdec_logit_variant(const fdec_logits *L, float s, uint32_t h, uint64_t t, uint64_t qpos) {
-    if (L->variant & FDEC_LOGITS_SOFTCAP && s - s == 0.0f) s = L->softcap * fdec_softcap_tanh(s / L->softcap);
-    if (L->variant & FDEC_LOGITS_ALIBI) {
-        const float b = s - L->alibi[h] * (float)(qpos - t);
-        s = b < -FLT_MAX ? -FLT_MAX : b;
-    }
-    return s;
-}
-
-/* The GPU kernels' form: the same variant for a scaled logit held in base 2 (times log2 e). */
+/* The GPU kernels' form, for a scaled dot product s2 held in base 2 (times log2 e) of query head h at key position t,
+ * the query at qpos. An infinite s2 (an inf in q or K) stays infinite, so that the kernel makes the head NaN; an ALiBi
+ * bias past f32's range gives -inf, which the kernels weigh 0. */
 FDEC_HD float fdec_logit2(const fdec_logits *L, float s2, uint32_t h, uint64_t t, uint64_t qpos) {
     if (L->variant == FDEC_LOGITS_PLAIN) return s2;
     const float log2e = 1.4426950408889634f;

@@ -117,7 +117,9 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
 }
 
 /* ---- the logits hook (logits.h) over a block's scores of the R rows of KV head g, positions t .. t + nb ----
- * fdec_logit_variant's formulas a vector at a time, over whole vectors (lanes past nb are the softmax's -inf later).
+ * the variants of logits.h (fdec_logit2's formulas in base e) a vector at a time, over whole vectors (lanes past nb
+ * are the softmax's -inf later). An ALiBi bias past f32's range leaves -FLT_MAX, a weight of 0, where the softmax
+ * would turn -inf into NaN.
  * The scores are scaled already (q carries the scale); an infinite one becomes NaN first (0 * inf), as the softmax
  * would make it, so that the soft-cap's clamp cannot turn it finite. With several query tokens, a row's positions
  * outside its token's range [lo, its position] (the causal mask and the token's window) get -FLT_MAX: a weight of 0
@@ -132,8 +134,8 @@ static __attribute__((noinline)) void logits_hook(const fdec_cpu_args *a, float 
     const fdec_logits *L = a->logits;
     /* with several tokens and no variant, only a block past the first token's position or, with a window, below the
      * last token's range has anything to mask */
-    if (L->variant == FDEC_LOGITS_PLAIN &&
-        !(t + nb + a->nq > a->qpos + 2 || (a->window && t + a->window < a->qpos + 1)))
+    if (L->variant == FDEC_LOGITS_PLAIN && t + nb - 1 <= fdec_tok_pos(a->qpos, a->nq, 0) &&
+        t >= fdec_tok_lo(a->qpos, a->window))
         return;
     const int cap = L->variant & FDEC_LOGITS_SOFTCAP, alibi = L->variant & FDEC_LOGITS_ALIBI;
     /* 1 / softcap, at most FLT_MAX: a cap below 1 / FLT_MAX made it inf, and 0 x inf a NaN */
@@ -142,7 +144,7 @@ static __attribute__((noinline)) void logits_hook(const fdec_cpu_args *a, float 
     for (uint32_t h = 0; h < a->R; h++) {
         float *s = sT + (size_t)h * NB;
         const uint32_t tok = h / R0, head = g * R0 + h % R0;
-        const uint64_t qpos = a->qpos - (a->nq - 1 - tok), lo = a->window && qpos + 1 > a->window ? qpos + 1 - a->window : 0;
+        const uint64_t qpos = fdec_tok_pos(a->qpos, a->nq, tok), lo = fdec_tok_lo(qpos, a->window);
         if (cap || alibi) {
             const V nslope = vset1(alibi ? -L->alibi[head] : 0.0f);
             /* qpos - (t + j) for the first vector's lanes (negative past the token: masked below) */

@@ -69,6 +69,21 @@ static fdec_status check_dtype(const char *name, fdec_dtype t) {
     return fdec_set_error(FDEC_EINVAL, "%s (%d) must be a dtype of the table: %s", name, (int)t, list);
 }
 
+/* A type of q, out and the rows written into a cache: in the table, and not a K/V type only (fp8, Q8_0, Q4_0). */
+static fdec_status check_plain_dtype(const char *name, fdec_dtype t) {
+    fdec_status st = check_dtype(name, t);
+    if (!st && (unsigned)t <= FDEC_DTYPE_LAST && fdec_dtype_table[t].kv_only) /* (the bound for the compiler) */
+        st = fdec_set_error(FDEC_EINVAL, "%s (%s) must be f32, f16 or bf16: %s is a K/V type only", name,
+                            fdec_dtype_name(t), fdec_dtype_name(t));
+    return st;
+}
+
+/* Whether n elements of type t (rounded up to whole blocks) have a byte count that fits a size_t. */
+static int bytes_fit(fdec_dtype t, size_t n) {
+    size_t bytes;
+    return fdec_size_mul(n / fdec_dtype_table[t].block + 1, fdec_dtype_table[t].block_bytes, &bytes);
+}
+
 /* K/V vectors (t, g) for t < rows, g < G span [t*ps + g*hs, +D); no two may overlap, and the last element's
  * byte offset must fit in size_t. */
 static fdec_status check_strides(const fdec_problem *p, uint64_t rows) {
@@ -91,9 +106,8 @@ static fdec_status check_strides(const fdec_problem *p, uint64_t rows) {
                               "%u x %u vectors of head_dim (%u) elements without overlap (e.g. pos_stride >= "
                               "num_kv_heads * head_stride and head_stride >= head_dim)",
                               ps, hs, (unsigned)rows, (unsigned)G, (unsigned)D);
-    size_t end, bytes;
-    if (!fdec_kv_extent(&p->kv, rows, p->G, p->D, &end) ||
-        !fdec_size_mul(end / fdec_dtype_table[p->kvt].block + 1, fdec_dtype_table[p->kvt].block_bytes, &bytes))
+    size_t end;
+    if (!fdec_kv_extent(&p->kv, rows, p->G, p->D, &end) || !bytes_fit(p->kvt, end))
         return fdec_set_error(FDEC_EINVAL, "kv strides too large: the cache's last element lies beyond the "
                                            "address space");
     return FDEC_OK;
@@ -112,14 +126,9 @@ static fdec_status problem_init_rows(const fdec_layer *L, uint32_t seq_len, uint
         return fdec_set_error(FDEC_EINVAL, "num_q_heads (%u) must be a multiple of num_kv_heads (%u)",
                               L->num_q_heads, L->num_kv_heads);
     if (!isfinite(L->scale)) return fdec_set_error(FDEC_EINVAL, "scale (%g) must be finite", (double)L->scale);
-    if ((st = check_dtype("q_dtype", L->q_dtype)) || (st = check_dtype("kv_dtype", L->kv_dtype)) ||
-        (st = check_dtype("out_dtype", L->out_dtype)))
+    if ((st = check_plain_dtype("q_dtype", L->q_dtype)) || (st = check_dtype("kv_dtype", L->kv_dtype)) ||
+        (st = check_plain_dtype("out_dtype", L->out_dtype)))
         return st;
-    if (fdec_dtype_table[L->q_dtype].kv_only || fdec_dtype_table[L->out_dtype].kv_only)
-        return fdec_set_error(FDEC_EINVAL, "%s (%s) must be f32, f16 or bf16: %s is a K/V type only",
-                              fdec_dtype_table[L->q_dtype].kv_only ? "q_dtype" : "out_dtype",
-                              fdec_dtype_name(fdec_dtype_table[L->q_dtype].kv_only ? L->q_dtype : L->out_dtype),
-                              fdec_dtype_name(fdec_dtype_table[L->q_dtype].kv_only ? L->q_dtype : L->out_dtype));
     const uint32_t blk = fdec_dtype_table[L->kv_dtype].block;
     if (blk > 1 && (L->head_dim % blk || L->kv_pos_stride % blk || L->kv_head_stride % blk))
         return fdec_set_error(FDEC_EINVAL, "%s caches come in blocks of %u elements: head_dim (%u), kv_pos_stride (%zu) "
@@ -276,21 +285,28 @@ fdec_status fdec_context_reserve(fdec_context *c, const fdec_layer *layer, uint3
     return leave(c, st);
 }
 
-static fdec_status decode_problem(fdec_context *c, const fdec_problem *p, const void *q, const void *k, const void *v,
-                                  void *out, float *lse) {
+/* A call's buffers: not NULL (lse may be), aligned to their types, and where the backend says so, its memory. */
+static fdec_status check_call_ptrs(const fdec_context *c, const fdec_problem *p, const void *q, const void *k,
+                                   const void *v, const void *out, const float *lse) {
     fdec_status st;
     if ((st = check_ptr("q", q, fdec_dtype_size(p->qt))) || (st = check_ptr("k", k, fdec_dtype_align(p->kvt))) ||
         (st = check_ptr("v", v, fdec_dtype_align(p->kvt))) || (st = check_ptr("out", out, fdec_dtype_size(p->ot))))
         return st;
     if (lse && (uintptr_t)lse % sizeof(float))
-        return fdec_set_error(FDEC_EINVAL, "lse (%p) must be aligned to 4 bytes", (void *)lse);
+        return fdec_set_error(FDEC_EINVAL, "lse (%p) must be aligned to 4 bytes", (const void *)lse);
     if (c->ops->check_ptr) {
         const char *names[] = {"q", "k", "v", "out", "lse"};
         const void *ptrs[] = {q, k, v, out, lse};
         for (int i = 0; i < 5; i++)
             if ((st = c->ops->check_ptr(c->impl, names[i], ptrs[i]))) return st;
     }
-    return c->ops->decode(c->impl, p, q, k, v, out, lse);
+    return FDEC_OK;
+}
+
+static fdec_status decode_problem(fdec_context *c, const fdec_problem *p, const void *q, const void *k, const void *v,
+                                  void *out, float *lse) {
+    fdec_status st = check_call_ptrs(c, p, q, k, v, out, lse);
+    return st ? st : c->ops->decode(c->impl, p, q, k, v, out, lse);
 }
 
 fdec_status fdec_decode(fdec_context *c, const fdec_layer *layer, uint32_t seq_len, const void *q, const void *k,
@@ -332,9 +348,7 @@ fdec_status fdec_merge(fdec_context *c, uint32_t n, uint32_t H, uint32_t D, fdec
     if (H < 1) return leave(c, fdec_set_error(FDEC_EINVAL, "num_heads (0) must be at least 1"));
     if (D < 1 || D > FDEC_MAX_HEAD_DIM)
         return leave(c, fdec_set_error(FDEC_EINVAL, "head_dim (%u) must be in 1..%d", D, FDEC_MAX_HEAD_DIM));
-    if ((st = check_dtype("dtype", t))) return leave(c, st);
-    if ((unsigned)t <= FDEC_DTYPE_LAST && fdec_dtype_table[t].kv_only)
-        return leave(c, fdec_set_error(FDEC_EINVAL, "dtype (%s) must be f32, f16 or bf16", fdec_dtype_name(t)));
+    if ((st = check_plain_dtype("dtype", t))) return leave(c, st);
     if (!outs || !lses) return leave(c, fdec_set_error(FDEC_EINVAL, "%s must not be NULL", outs ? "lses" : "outs"));
     for (uint32_t i = 0; i < n; i++) {
         if (!outs[i]) return leave(c, fdec_set_error(FDEC_EINVAL, "outs[%u] must not be NULL", i));
@@ -355,10 +369,27 @@ fdec_status fdec_merge(fdec_context *c, uint32_t n, uint32_t H, uint32_t D, fdec
 
 /* The elements n items `stride` apart span, each spanning `one`, into *end: (n - 1) stride + one; 0 where it does not
  * fit a size_t (or its bytes do not). */
-static int span_fits(uint64_t n, size_t stride, size_t one, fdec_dtype t, size_t *end) {
-    size_t a, bytes;
-    return n >= 1 && n - 1 <= SIZE_MAX && fdec_size_mul((size_t)(n - 1), stride, &a) && fdec_size_add(a, one, end) &&
-           fdec_size_mul(*end, fdec_dtype_size(t), &bytes);
+static int span_fits(uint64_t n, size_t stride, size_t one, fdec_dtype t) {
+    size_t a, end;
+    return n >= 1 && n - 1 <= SIZE_MAX && fdec_size_mul((size_t)(n - 1), stride, &a) && fdec_size_add(a, one, &end) &&
+           bytes_fit(t, end);
+}
+
+/* A pool of npages pages of ps rows (kv_page_stride apart, 0: ps * kv_pos_stride) into p->kv: checked not to overlap
+ * and to fit the address space. `what` names the caller's struct in messages. */
+static fdec_status set_pages(fdec_problem *p, uint32_t ps, size_t kv_page_stride, uint64_t npages, const char *what) {
+    size_t one = 0, pstride = kv_page_stride;
+    fdec_kv_extent(&p->kv, ps, p->G, p->D, &one); /* fits: checked with the layer */
+    if (!pstride && !fdec_size_mul(ps, p->kv.ps, &pstride))
+        return fdec_set_error(FDEC_EINVAL, "page_size (%u) x kv_pos_stride (%zu) too large", ps, p->kv.ps);
+    if (npages > 1 && pstride < one)
+        return fdec_set_error(FDEC_EINVAL, "%s->kv_page_stride (%zu) must be at least a page's extent (%zu elements): "
+                                           "pages must not overlap", what, pstride, one);
+    if (!span_fits(npages, pstride, one, p->kvt))
+        return fdec_set_error(FDEC_EINVAL, "the page pool (%llu pages, %zu elements apart) lies beyond the address space",
+                              (unsigned long long)npages, pstride);
+    p->kv.page_size = ps, p->kv.page_stride = pstride;
+    return FDEC_OK;
 }
 
 /* Checks a batch and its layer into *bp; where c takes host pointers, every length and page id too. */
@@ -384,7 +415,6 @@ static fdec_status batch_init(const fdec_context *c, const fdec_layer *L, const 
                               fdec_dtype_name(p->kvt));
     p->nq = mq < b->max_seq_len ? mq : b->max_seq_len;
     p->lo = (uint32_t)fdec_token_lo(p, 0);
-    size_t one = 0, end;
     if (ps) {
         if (!b->page_table) return fdec_set_error(FDEC_EINVAL, "batch->page_table must not be NULL (page_size %u)", ps);
         const uint64_t need = ((uint64_t)b->max_seq_len + ps - 1) / ps;
@@ -392,23 +422,14 @@ static fdec_status batch_init(const fdec_context *c, const fdec_layer *L, const 
             return fdec_set_error(FDEC_EINVAL, "batch->max_pages (%u) is too narrow: max_seq_len %u needs %llu pages of "
                                                "%u", b->max_pages, b->max_seq_len, (unsigned long long)need, ps);
         if (b->num_pages < 1) return fdec_set_error(FDEC_EINVAL, "batch->num_pages (0) must be at least 1");
-        fdec_kv_extent(&p->kv, ps, p->G, p->D, &one); /* fits: checked with the layer */
-        size_t pstride = b->kv_page_stride;
-        if (!pstride && !fdec_size_mul(ps, p->kv.ps, &pstride))
-            return fdec_set_error(FDEC_EINVAL, "page_size (%u) x kv_pos_stride (%zu) too large", ps, p->kv.ps);
-        if (b->num_pages > 1 && pstride < one)
-            return fdec_set_error(FDEC_EINVAL, "batch->kv_page_stride (%zu) must be at least a page's extent (%zu "
-                                               "elements): pages must not overlap", pstride, one);
-        if (!span_fits(b->num_pages, pstride, one, p->kvt, &end))
-            return fdec_set_error(FDEC_EINVAL, "the page pool (%u pages, %zu elements apart) lies beyond the address "
-                                               "space", b->num_pages, pstride);
-        p->kv.page_size = ps, p->kv.page_stride = pstride;
+        if ((st = set_pages(p, ps, b->kv_page_stride, b->num_pages, "batch"))) return st;
     } else if (b->num_seqs > 1) {
+        size_t one = 0;
         fdec_kv_extent(&p->kv, p->kv.ring ? p->kv.ring : b->max_seq_len, p->G, p->D, &one);
         if (b->kv_seq_stride < one)
             return fdec_set_error(FDEC_EINVAL, "batch->kv_seq_stride (%zu) must be at least one sequence's cache extent "
                                                "(%zu elements) with %u sequences", b->kv_seq_stride, one, b->num_seqs);
-        if (!span_fits(b->num_seqs, b->kv_seq_stride, one, p->kvt, &end))
+        if (!span_fits(b->num_seqs, b->kv_seq_stride, one, p->kvt))
             return fdec_set_error(FDEC_EINVAL, "the caches of %u sequences, %zu elements apart, lie beyond the address "
                                                "space", b->num_seqs, b->kv_seq_stride);
     }
@@ -461,18 +482,7 @@ fdec_status fdec_decode_batch(fdec_context *c, const fdec_layer *layer, const fd
     if (st) return st;
     fdec_batch_problem bp;
     if ((st = batch_init(c, layer, batch, &bp)) || (st = check_arrays(c, &bp.p))) return leave(c, st);
-    const fdec_problem *p = &bp.p;
-    if ((st = check_ptr("q", q, fdec_dtype_size(p->qt))) || (st = check_ptr("k", k, fdec_dtype_align(p->kvt))) ||
-        (st = check_ptr("v", v, fdec_dtype_align(p->kvt))) || (st = check_ptr("out", out, fdec_dtype_size(p->ot))))
-        return leave(c, st);
-    if (lse && (uintptr_t)lse % sizeof(float))
-        return leave(c, fdec_set_error(FDEC_EINVAL, "lse (%p) must be aligned to 4 bytes", (void *)lse));
-    if (c->ops->check_ptr) {
-        const char *names[] = {"q", "k", "v", "out", "lse"};
-        const void *ptrs[] = {q, k, v, out, lse};
-        for (int i = 0; i < 5; i++)
-            if ((st = c->ops->check_ptr(c->impl, names[i], ptrs[i]))) return leave(c, st);
-    }
+    if ((st = check_call_ptrs(c, &bp.p, q, k, v, out, lse))) return leave(c, st);
     if (!c->ops->decode_batch)
         return leave(c, fdec_set_error(FDEC_EUNSUPPORTED, "fdec_decode_batch is not available on this backend yet"));
     return leave(c, c->ops->decode_batch(c->impl, &bp, q, k, v, out, lse));
@@ -502,10 +512,7 @@ fdec_status fdec_kv_write(fdec_context *c, const fdec_layer *layer, const fdec_k
     if (st) return st;
     if (!s) return leave(c, fdec_set_error(FDEC_EINVAL, "slots must not be NULL"));
     if (s->num_slots < 1) return leave(c, fdec_set_error(FDEC_EINVAL, "slots->num_slots (0) must be at least 1"));
-    if ((st = check_dtype("slots->src_dtype", s->src_dtype))) return leave(c, st);
-    if (fdec_dtype_table[s->src_dtype].kv_only)
-        return leave(c, fdec_set_error(FDEC_EINVAL, "slots->src_dtype (%s) must be f32, f16 or bf16",
-                                       fdec_dtype_name(s->src_dtype)));
+    if ((st = check_plain_dtype("slots->src_dtype", s->src_dtype))) return leave(c, st);
     const uint32_t ps = s->page_size;
     if (layer && layer->ring_capacity)
         return leave(c, fdec_set_error(FDEC_EINVAL, "ring_capacity (%u) must be 0 for fdec_kv_write: a slot names its "
@@ -513,24 +520,10 @@ fdec_status fdec_kv_write(fdec_context *c, const fdec_layer *layer, const fdec_k
     fdec_problem p;
     const uint64_t rows = ps ? ps : s->num_slots;
     if ((st = problem_init_rows(layer, 1, rows, &p))) return leave(c, st);
-    size_t one = 0, end;
-    fdec_kv_extent(&p.kv, rows, p.G, p.D, &one);
     if (s->kv_page_stride % fdec_dtype_table[p.kvt].block)
         return leave(c, fdec_set_error(FDEC_EINVAL, "slots->kv_page_stride (%zu) must be a multiple of %u for %s caches",
                                        s->kv_page_stride, fdec_dtype_table[p.kvt].block, fdec_dtype_name(p.kvt)));
-    if (ps) {
-        size_t pstride = s->kv_page_stride;
-        if (!pstride && !fdec_size_mul(ps, p.kv.ps, &pstride))
-            return leave(c, fdec_set_error(FDEC_EINVAL, "page_size (%u) x kv_pos_stride (%zu) too large", ps, p.kv.ps));
-        const uint64_t pages = (s->num_slots + ps - 1) / ps;
-        if (pages > 1 && pstride < one)
-            return leave(c, fdec_set_error(FDEC_EINVAL, "slots->kv_page_stride (%zu) must be at least a page's extent "
-                                                        "(%zu elements): pages must not overlap", pstride, one));
-        if (!span_fits(pages, pstride, one, p.kvt, &end))
-            return leave(c, fdec_set_error(FDEC_EINVAL, "the cache (%llu slots) lies beyond the address space",
-                                           (unsigned long long)s->num_slots));
-        p.kv.page_size = ps, p.kv.page_stride = pstride;
-    }
+    if (ps && (st = set_pages(&p, ps, s->kv_page_stride, (s->num_slots + ps - 1) / ps, "slots"))) return leave(c, st);
     if (s->num_tokens == 0) return leave(c, FDEC_OK);
     if (!s->slots) return leave(c, fdec_set_error(FDEC_EINVAL, "slots->slots must not be NULL"));
     if ((st = check_ptr("k_src", k_src, fdec_dtype_size(s->src_dtype))) ||

@@ -108,11 +108,7 @@ int main(int argc, char **argv) {
     const uint32_t maxp = (maxlen + P - 1) / P;
     int32_t *table = malloc((size_t)B * maxp * sizeof(int32_t));
     uint32_t *perm = malloc(npages * sizeof *perm);
-    for (uint32_t i = 0; i < npages; i++) perm[i] = i;
-    for (uint32_t i = npages - 1; i > 0; i--) {
-        const uint32_t j = (uint32_t)(fd_rand(&r) % (i + 1)), x = perm[i];
-        perm[i] = perm[j], perm[j] = x;
-    }
+    fd_shuffle(perm, npages, &r);
     uint16_t *kp = fd_alloc_kv((size_t)npages * P * row * 2), *vp = fd_alloc_kv((size_t)npages * P * row * 2);
     uint32_t next = 0;
     for (uint32_t i = 0; i < B; i++)

@@ -48,11 +48,7 @@ static int layout_make(layout *l, const fdec_layer *L, const uint32_t *lens, con
         uint32_t *perm = malloc(pages * sizeof *perm);
         l->table = malloc((size_t)B * b->max_pages * sizeof(int32_t));
         if (!perm || !l->table) return free(perm), -1;
-        for (uint32_t i = 0; i < pages; i++) perm[i] = i;
-        for (uint32_t i = pages - 1; i > 0; i--) {
-            const uint32_t j = (uint32_t)(fd_rand(r) % (i + 1)), t = perm[i];
-            perm[i] = perm[j], perm[j] = t;
-        }
+        fd_shuffle(perm, pages, r);
         uint32_t next = 0;
         for (uint32_t i = 0; i < B; i++)
             for (uint32_t pg = 0; pg < b->max_pages; pg++)

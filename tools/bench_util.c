@@ -127,12 +127,23 @@ int fd_problem_set_variants(fd_problem *pr, const fd_variants *v, fd_rng *rng) {
     }
     if (v->alibi) {
         if (!(pr->alibi = malloc(H * sizeof(float)))) return -1;
-        for (uint32_t h = 0; h < H; h++)
-            pr->alibi[h] = (float)((v->alibi_scale ? v->alibi_scale : 1.0) * pow(2.0, -8.0 * (h + 1) / H));
+        fd_alibi_slopes(pr->alibi, H, v->alibi_scale ? v->alibi_scale : 1.0);
     }
     pr->layer.sinks = pr->sinks;
     pr->layer.alibi_slopes = pr->alibi;
     return fdec_problem_init(&pr->layer, pr->seq_len, &pr->p) == FDEC_OK ? 0 : -1;
+}
+
+void fd_alibi_slopes(float *out, uint32_t H, double scale) {
+    for (uint32_t h = 0; h < H; h++) out[h] = (float)(scale * pow(2.0, -8.0 * (h + 1) / H));
+}
+
+void fd_shuffle(uint32_t *perm, uint32_t n, fd_rng *r) {
+    for (uint32_t i = 0; i < n; i++) perm[i] = i;
+    for (uint32_t i = n; i > 1; i--) {
+        const uint32_t j = (uint32_t)(fd_rand(r) % i), t = perm[i - 1];
+        perm[i - 1] = perm[j], perm[j] = t;
+    }
 }
 
 void fd_random_variants(fd_rng *r, fd_variants *v) {
@@ -535,11 +546,7 @@ int fd_batch_make(fd_batch_case *c, fd_rng *r, uint32_t B, uint32_t P, int head_
         for (uint32_t i = 0; i < B; i++) need += (c->seq_lens[i] + P - 1) / P;
         b->num_pages = need + 1 + (uint32_t)(fd_rand(r) % 4);
         uint32_t *perm = malloc(b->num_pages * sizeof *perm);
-        for (uint32_t i = 0; i < b->num_pages; i++) perm[i] = i;
-        for (uint32_t i = b->num_pages - 1; i > 0; i--) {
-            const uint32_t j = (uint32_t)(fd_rand(r) % (i + 1)), t = perm[i];
-            perm[i] = perm[j], perm[j] = t;
-        }
+        fd_shuffle(perm, b->num_pages, r);
         c->table = malloc((size_t)B * b->max_pages * sizeof(int32_t));
         uint32_t next = 0;
         for (uint32_t i = 0; i < B; i++) {

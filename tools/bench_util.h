@@ -45,6 +45,10 @@ typedef struct {
 /* Sets pr's layer to v's variants with arrays of its own (freed by fd_problem_free) and re-derives pr->p. 0 on
  * success. */
 int fd_problem_set_variants(fd_problem *pr, const fd_variants *v, fd_rng *rng);
+/* ALiBi's standard slopes, out[h] = scale * 2^(-8 (h + 1) / H) (BLOOM's geometric series). */
+void fd_alibi_slopes(float *out, uint32_t H, double scale);
+/* perm[0 .. n) a random permutation of 0 .. n (pages dealt in a shuffled order, as an engine's allocator leaves them). */
+void fd_shuffle(uint32_t *perm, uint32_t n, fd_rng *r);
 /* Draws variants for a random configuration: none half the time, else a random mix. */
 void fd_random_variants(fd_rng *r, fd_variants *v);
 /* "softcap 30 sinks alibi" or "plain" into buf. */

@@ -601,8 +601,8 @@ static int cmd_bench(int argc, char **argv, int demo) {
             ba.layer = layer_of_preset(sel[i], &bo);
             ba.layer.ring_capacity = 0; /* a window over the whole cache: pages take no ring */
             float *arr = malloc(2 * sizeof(float) * sel[i]->H);
-            for (uint32_t h = 0; h < sel[i]->H; h++)
-                arr[h] = (float)(h % 5) - 2.0f, arr[sel[i]->H + h] = (float)pow(2.0, -8.0 * (h + 1) / sel[i]->H);
+            for (uint32_t h = 0; h < sel[i]->H; h++) arr[h] = (float)(h % 5) - 2.0f; /* sinks */
+            fd_alibi_slopes(arr + sel[i]->H, sel[i]->H, 1.0);
             ba.layer.softcap = vars[0].softcap;
             ba.layer.sinks = vars[0].sinks ? arr : NULL;
             ba.layer.alibi_slopes = vars[0].alibi ? arr + sel[i]->H : NULL;

@@ -10,6 +10,8 @@
  * libflashdec_nccl is opened with dlopen, so the tool (and the core library) need NCCL only in this mode. */
 #include "sp_bench.h"
 
+#include "bench_util.h"
+
 #include "devmem.h"
 #include "flashdec_nccl.h"
 
@@ -135,7 +137,9 @@ static int rank_main(const sp_api *api, int n, int rank, int idfd_in, const int 
     float *dv[2] = {NULL, NULL};
     for (int a = 0; a < 2; a++) {
         if (!(a ? b->alibi : b->sinks) || b->H > 1024) continue;
-        for (uint32_t h = 0; h < b->H; h++) hv[a][h] = a ? (float)pow(2.0, -8.0 * (h + 1) / b->H) : 2.0f * h / b->H;
+        if (a) fd_alibi_slopes(hv[a], b->H, 1.0);
+        else
+            for (uint32_t h = 0; h < b->H; h++) hv[a][h] = 2.0f * h / b->H; /* sinks */
         if (!(dv[a] = fd_dev_alloc(sizeof(float) * b->H)) || fd_h2d(dv[a], hv[a], sizeof(float) * b->H))
             return fprintf(stderr, "rank %d: copying the variants' arrays failed\n", rank), 1;
     }

@@ -399,19 +399,70 @@ def decode(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, out=
     float32 (converted if not), on q's device.
     Quantised caches: float8_e4m3fn / float8_e5m2 k and v (torch or ml_dtypes) with k_scale, v_scale (floats) or
     k_scales, v_scales ([num_kv_heads]); ggml's q8_0 / q4_0 blocks as uint8 arrays [rows, num_kv_heads,
-    head_dim / 32 * block bytes] with kv_dtype='q8_0' or 'q4_0' (quantize() makes them)."""
+    head_dim / 32 * block bytes] with kv_dtype='q8_0' or 'q4_0' (quantize() makes them).
+    On torch tensors this is the operator torch.ops.flashdec.decode (decode_into with `out`), see flashdec.ops."""
+    if _is_torch(q) and _is_torch(k) and _is_torch(v) and (out is None or _is_torch(out)):
+        return _torch_decode(q, k, v, seq_len, window, ring_capacity, scale, out, return_lse, threads, softcap, sinks,
+                             alibi_slopes, kv_dtype, k_scale, v_scale, k_scales, v_scales)
+    qa = _Arr(q, "q")
+    H, D = qa.shape if len(qa.shape) == 2 else (0, 0)
+    result = out if out is not None else _alloc_like(qa, H, D)
+    lse = _alloc_lse(qa, H) if return_lse else None
+    _decode_into(q, k, v, result, lse, seq_len=seq_len, window=window, ring_capacity=ring_capacity, scale=scale,
+                 threads=threads, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, kv_dtype=kv_dtype,
+                 k_scale=k_scale, v_scale=v_scale, k_scales=k_scales, v_scales=v_scales)
+    return (result, lse) if return_lse else result
+
+
+def _torch_decode(q, k, v, seq_len, window, ring_capacity, scale, out, return_lse, threads, softcap, sinks,
+                  alibi_slopes, kv_dtype, k_scale, v_scale, k_scales, v_scales):
+    """decode() on tensors, through the operators (flashdec.ops): integers checked here, the rest by the op."""
+    torch = _torch_ops()
+    if seq_len is None:
+        if ring_capacity:
+            raise ValueError("seq_len is needed with a ring cache (the rows hold positions modulo ring_capacity)")
+        seq_len = k.shape[0]
+    seq_len = _int_arg("seq_len", seq_len, 1, _U32)
+    args = (q, k, v, seq_len, _int_arg("window", window, 0, _U32), _int_arg("ring_capacity", ring_capacity, 0, _U32),
+            _float0(scale), _float0(softcap), sinks, alibi_slopes, _float0(k_scale), _float0(v_scale), k_scales,
+            v_scales, kv_dtype, 0 if threads is None else _int_arg("threads", threads, 0, 1024))
+    if out is None:
+        result, lse = torch.ops.flashdec.decode(*args)
+        return (result, lse) if return_lse else result
+    lse = torch.empty(q.shape[:1], dtype=torch.float32, device=q.device) if return_lse else None
+    torch.ops.flashdec.decode_into(*args, out=out, lse=lse)
+    return (out, lse) if return_lse else out
+
+
+def _float0(x):
+    """A float argument of the operators, where 0 means none (None here)."""
+    return 0.0 if x is None else float(x)
+
+
+def _torch_ops():
+    """torch, with flashdec's operators registered (flashdec.ops)."""
+    from . import ops  # noqa: F401 (registers torch.ops.flashdec)
+    import torch
+    return torch
+
+
+def _decode_into(q, k, v, out, lse, *, seq_len=None, window=0, ring_capacity=0, scale=None, threads=None,
+                 softcap=None, sinks=None, alibi_slopes=None, kv_dtype=None, k_scale=None, v_scale=None,
+                 k_scales=None, v_scales=None):
+    """The checked call into out (and lse, or None); returns the layer struct and context it used."""
     global _last_pointers
     qa, ka, va, oa, lay, seq_len, ctx = _prepare(q, k, v, seq_len, window, ring_capacity, scale, out, threads,
                                                  softcap, sinks, alibi_slopes, kv_dtype, k_scale, v_scale, k_scales,
                                                  v_scales)
-    H, D = qa.shape
-    result = out if out is not None else _alloc_like(qa, H, D)
-    lse = _alloc_lse(qa, H) if return_lse else None
-    ra = oa.writable() if oa is not None else _Arr(result, "out")
-    la = _Arr(lse, "lse").ptr if lse is not None else None
-    _last_pointers = (qa.ptr, ka.ptr, va.ptr, ra.ptr)
-    _check(_lib.fdec_decode(ctx, _C.byref(lay), seq_len, qa.ptr, ka.ptr, va.ptr, ra.ptr, la))
-    return (result, lse) if return_lse else result
+    oa.writable()
+    la = None
+    if lse is not None:
+        la = _Arr(lse, "lse").writable()
+        if la.shape != qa.shape[:1] or la.strides != (1,) or la.dtype != _F32 or la.cuda != qa.cuda:
+            raise ValueError(f"lse must be a contiguous float32 array of {qa.shape[0]} elements, where q is")
+    _last_pointers = (qa.ptr, ka.ptr, va.ptr, oa.ptr)
+    _check(_lib.fdec_decode(ctx, _C.byref(lay), seq_len, qa.ptr, ka.ptr, va.ptr, oa.ptr, la.ptr if la else None))
+    return lay, ctx
 
 
 def merge(outs, lses, *, out=None, return_lse=False):
@@ -506,7 +557,43 @@ def decode_batch(q, k, v, seq_lens, *, q_lens=None, page_table=None, window=0, s
     Paged caches (page_table given, [num_seqs, max_pages] int32 page ids): k, v [num_pages, page_size,
     num_kv_heads, head_dim], e.g. PagedKVCache's pools, or a [num_pages, num_kv_heads, page_size, head_dim] pool
     passed as .transpose(1, 2). window, scale, softcap, sinks, alibi_slopes, threads: as in decode().
-    max_seq_len / max_q_len: the plan's bounds (default: the batch's own)."""
+    max_seq_len / max_q_len: the plan's bounds (default: the batch's own; on CUDA they must be given).
+    On torch tensors this is the operator torch.ops.flashdec.decode_batch (decode_batch_into with `out`)."""
+    if _is_torch(q) and _is_torch(k) and _is_torch(v) and (out is None or _is_torch(out)):
+        torch = _torch_ops()
+        # lists and numpy arrays of lengths and pages as tensors where q is (the op checks their values)
+        seq_lens, q_lens, page_table = (x if x is None or _is_torch(x) else torch.as_tensor(_np().asarray(x),
+                                        device=q.device) for x in (seq_lens, q_lens, page_table))
+        args = (q, k, v, seq_lens, q_lens, page_table, _int_arg("window", window, 0, _U32), _float0(scale),
+                _float0(softcap), sinks, alibi_slopes,
+                0 if max_seq_len is None else _int_arg("max_seq_len", max_seq_len, 1, _U32),
+                0 if max_q_len is None else _int_arg("max_q_len", max_q_len, 1, 16),
+                0 if threads is None else _int_arg("threads", threads, 0, 1024))
+        if out is None:
+            result, lse = torch.ops.flashdec.decode_batch(*args)
+            return (result, lse) if return_lse else result
+        lse = torch.empty(out.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+        torch.ops.flashdec.decode_batch_into(*args, out=out, lse=lse)
+        return (out, lse) if return_lse else out
+    import numpy as np
+    qa = _Arr(q, "q")
+    rows, H, D = qa.shape if len(qa.shape) == 3 else (0, 0, 0)
+    result = out if out is not None else np.empty((rows, H, D), dtype=q.dtype)
+    lse = np.empty((rows, H), dtype=np.float32) if return_lse else None
+    _decode_batch_into(q, k, v, seq_lens, result, lse, q_lens=q_lens, page_table=page_table, window=window,
+                       scale=scale, threads=threads, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
+                       max_seq_len=max_seq_len, max_q_len=max_q_len)
+    return (result, lse) if return_lse else result
+
+
+def _np():
+    import numpy
+    return numpy
+
+
+def _decode_batch_into(q, k, v, seq_lens, out, lse, *, q_lens=None, page_table=None, window=0, scale=None,
+                       threads=None, softcap=None, sinks=None, alibi_slopes=None, max_seq_len=None, max_q_len=None):
+    """The checked batch call into out (and lse, or None)."""
     import numpy as np
     qa, ka, va = _Arr(q, "q"), _Arr(k, "k"), _Arr(v, "v")
     cuda = qa.cuda
@@ -571,31 +658,20 @@ def decode_batch(q, k, v, seq_lens, *, q_lens=None, page_table=None, window=0, s
         if not cuda and n1 < b.max_seq_len:
             raise ValueError(f"k and v hold {n1} rows a sequence but max_seq_len is {b.max_seq_len}")
         b.kv_seq_stride = ka.strides[0] if B > 1 else 0
-    oa = _Arr(out, "out").writable() if out is not None else None
-    lay.out_dtype = oa.dtype if oa else qa.dtype
-    result = out
-    if result is None:
-        if _is_torch(q):
-            import torch
-            result = torch.empty((rows, H, D), dtype=q.dtype, device=q.device)
-        else:
-            result = np.empty((rows, H, D), dtype=q.dtype)
-        oa = _Arr(result, "out")
-    if oa.shape != (rows, H, D) or oa.strides != (H * D, D, 1):
-        raise ValueError(f"out must be a contiguous [{rows}, {H}, {D}] array, got {oa.shape}")
-    lse = None
-    if return_lse:
-        if _is_torch(q):
-            import torch
-            lse = torch.empty((rows, H), dtype=torch.float32, device=q.device)
-        else:
-            lse = np.empty((rows, H), dtype=np.float32)
+    oa = _Arr(out, "out").writable()
+    lay.out_dtype = oa.dtype
+    if oa.shape != (rows, H, D) or oa.strides != (H * D, D, 1) or oa.cuda != cuda:
+        raise ValueError(f"out must be a contiguous [{rows}, {H}, {D}] array, where q is; got {oa.shape}")
+    la = None
+    if lse is not None:
+        la = _Arr(lse, "lse").writable()
+        if la.shape != (rows, H) or la.strides != (H, 1) or la.dtype != _F32 or la.cuda != cuda:
+            raise ValueError(f"lse must be a contiguous float32 [{rows}, {H}] array, where q is")
     stream = _stream_of(qa) if cuda else None
     ctx = _context(cuda, qa.device, stream, threads)
     _check(_lib.fdec_decode_batch(ctx, _C.byref(lay), _C.byref(b), qa.ptr, ka.ptr, va.ptr, oa.ptr,
-                                  _Arr(lse, "lse").ptr if lse is not None else None))
+                                  la.ptr if la else None))
     del keep, table, lens, ql
-    return (result, lse) if return_lse else result
 
 
 def kv_write(k_new, v_new, k_cache, v_cache, slots, *, page_size=None, threads=None):

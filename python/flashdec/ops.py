@@ -1,0 +1,141 @@
+"""flashdec's calls as PyTorch operators: torch.ops.flashdec.decode, decode_batch and their in-place forms.
+
+    out, lse = torch.ops.flashdec.decode(q, k, v, seq_len)
+    out, lse = torch.ops.flashdec.decode_batch(q, k, v, seq_lens, q_lens, page_table, max_seq_len=4096, max_q_len=4)
+    torch.ops.flashdec.decode_into(q, k, v, seq_len, out, lse)      # writes out (and lse, which may be None)
+
+Importing flashdec with torch present registers them (flashdec.decode and decode_batch on tensors call them). They
+have schemas and fake kernels, so torch.compile(fullgraph=True) traces them as single nodes; the CPU and CUDA
+kernels call the library on torch's current stream, with no synchronisation and no allocation but the outputs', so
+a captured CUDA graph replays them. Arguments mean what they mean in flashdec.decode / decode_batch; a scale,
+soft-cap or fp8 scale of 0 means none (the C API's convention), max_seq_len / max_q_len 0 mean the batch's own (on
+the CPU only: on CUDA the lengths stay on the device and the bounds must be given).
+"""
+import ctypes as _C
+
+import torch
+
+import flashdec as _f
+
+_DECODE_ARGS = ("Tensor q, Tensor k, Tensor v, SymInt seq_len, int window=0, int ring_capacity=0, float scale=0.0, "
+                "float softcap=0.0, Tensor? sinks=None, Tensor? alibi_slopes=None, float k_scale=0.0, "
+                "float v_scale=0.0, Tensor? k_scales=None, Tensor? v_scales=None, str? kv_dtype=None, int threads=0")
+_BATCH_ARGS = ("Tensor q, Tensor k, Tensor v, Tensor seq_lens, Tensor? q_lens=None, Tensor? page_table=None, "
+               "int window=0, float scale=0.0, float softcap=0.0, Tensor? sinks=None, Tensor? alibi_slopes=None, "
+               "SymInt max_seq_len=0, int max_q_len=0, int threads=0")
+
+_lib = torch.library.Library("flashdec", "DEF")
+_lib.define(f"decode({_DECODE_ARGS}) -> (Tensor out, Tensor lse)")
+_lib.define(f"decode_into({_DECODE_ARGS}, *, Tensor(a!) out, Tensor(b!)? lse=None) -> ()")
+_lib.define(f"decode_batch({_BATCH_ARGS}) -> (Tensor out, Tensor lse)")
+_lib.define(f"decode_batch_into({_BATCH_ARGS}, *, Tensor(a!) out, Tensor(b!)? lse=None) -> ()")
+
+
+def _none0(x):
+    return None if not x else x
+
+
+# ---- decode: a layer's set-up cached by everything but the data pointers and seq_len ----
+
+_plain = {}  # key -> (layer struct, context handle); only calls whose per-head arrays are the caller's own memory
+
+
+def _direct(t, q):
+    """True where a per-head array is read in place: None, or a contiguous float32 tensor on q's device."""
+    return t is None or (t.dtype == torch.float32 and t.device == q.device and t.is_contiguous())
+
+
+def _decode_into(q, k, v, seq_len, window, ring_capacity, scale, softcap, sinks, alibi_slopes, k_scale, v_scale,
+                 k_scales, v_scales, kv_dtype, threads, out, lse):
+    ptrs = (sinks, alibi_slopes, k_scales, v_scales)
+    cacheable = all(_direct(t, q) for t in ptrs)
+    key = None
+    if cacheable:
+        stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
+        key = (q.shape, q.stride(), q.dtype, q.device, stream, k.shape, k.stride(), k.dtype, k.device, v.shape,
+               v.stride(), v.dtype, v.device, out.shape, out.stride(), out.dtype, out.device, window, ring_capacity, scale, softcap, k_scale, v_scale,
+               kv_dtype, threads) + tuple(None if t is None else t.data_ptr() for t in ptrs)
+        hit = _plain.get(key)
+        if (hit is not None and 1 <= seq_len <= _f._U32 and k.shape[0] >= (ring_capacity or seq_len) and
+                (lse is None or (lse.shape == q.shape[:1] and lse.dtype == torch.float32 and lse.is_contiguous()
+                                 and lse.device == q.device))):
+            lay, ctx = hit
+            _f._check(_f._lib.fdec_decode(ctx, _C.byref(lay), seq_len, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                          out.data_ptr(), None if lse is None else lse.data_ptr()))
+            return
+    lay, ctx = _f._decode_into(q, k, v, out, lse, seq_len=seq_len, window=window, ring_capacity=ring_capacity,
+                               scale=_none0(scale), threads=_none0(threads), softcap=_none0(softcap), sinks=sinks,
+                               alibi_slopes=alibi_slopes, kv_dtype=kv_dtype, k_scale=_none0(k_scale),
+                               v_scale=_none0(v_scale), k_scales=k_scales, v_scales=v_scales)
+    if key is not None:
+        if len(_plain) > 256:
+            _plain.clear()
+        _plain[key] = (lay, ctx)
+
+
+def _decode(q, k, v, seq_len, window=0, ring_capacity=0, scale=0.0, softcap=0.0, sinks=None, alibi_slopes=None,
+            k_scale=0.0, v_scale=0.0, k_scales=None, v_scales=None, kv_dtype=None, threads=0):
+    if q.dim() != 2:
+        raise ValueError(f"q must be [num_q_heads, head_dim], got shape {tuple(q.shape)}")
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:1], dtype=torch.float32, device=q.device)
+    _decode_into(q, k, v, seq_len, window, ring_capacity, scale, softcap, sinks, alibi_slopes, k_scale, v_scale,
+                 k_scales, v_scales, kv_dtype, threads, out, lse)
+    return out, lse
+
+
+def _decode_into_op(q, k, v, seq_len, window=0, ring_capacity=0, scale=0.0, softcap=0.0, sinks=None,
+                    alibi_slopes=None, k_scale=0.0, v_scale=0.0, k_scales=None, v_scales=None, kv_dtype=None,
+                    threads=0, *, out, lse=None):
+    _decode_into(q, k, v, seq_len, window, ring_capacity, scale, softcap, sinks, alibi_slopes, k_scale, v_scale,
+                 k_scales, v_scales, kv_dtype, threads, out, lse)
+
+
+def _batch_rows(q):
+    if q.dim() != 3:
+        raise ValueError(f"q must be [rows, num_q_heads, head_dim], got shape {tuple(q.shape)}")
+    return q.shape
+
+
+def _decode_batch(q, k, v, seq_lens, q_lens=None, page_table=None, window=0, scale=0.0, softcap=0.0, sinks=None,
+                  alibi_slopes=None, max_seq_len=0, max_q_len=0, threads=0):
+    out = torch.empty(_batch_rows(q), dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    _decode_batch_into_op(q, k, v, seq_lens, q_lens, page_table, window, scale, softcap, sinks, alibi_slopes,
+                          max_seq_len, max_q_len, threads, out=out, lse=lse)
+    return out, lse
+
+
+def _decode_batch_into_op(q, k, v, seq_lens, q_lens=None, page_table=None, window=0, scale=0.0, softcap=0.0,
+                          sinks=None, alibi_slopes=None, max_seq_len=0, max_q_len=0, threads=0, *, out, lse=None):
+    _f._decode_batch_into(q, k, v, seq_lens, out, lse, q_lens=q_lens, page_table=page_table, window=window,
+                          scale=_none0(scale), threads=_none0(threads), softcap=_none0(softcap), sinks=sinks,
+                          alibi_slopes=alibi_slopes, max_seq_len=_none0(max_seq_len), max_q_len=_none0(max_q_len))
+
+
+for _name, _fn in (("decode", _decode), ("decode_into", _decode_into_op), ("decode_batch", _decode_batch),
+                   ("decode_batch_into", _decode_batch_into_op)):
+    _lib.impl(_name, _fn, "CPU")
+    _lib.impl(_name, _fn, "CUDA")
+
+
+# ---- fake kernels: the outputs' shapes and dtypes, for tracing ----
+
+@torch.library.register_fake("flashdec::decode")
+def _decode_fake(q, k, v, seq_len, *args):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:1], dtype=torch.float32)
+
+
+@torch.library.register_fake("flashdec::decode_into")
+def _decode_into_fake(*args, out, lse=None):
+    return None
+
+
+@torch.library.register_fake("flashdec::decode_batch")
+def _decode_batch_fake(q, *args):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=torch.float32)
+
+
+@torch.library.register_fake("flashdec::decode_batch_into")
+def _decode_batch_into_fake(*args, out, lse=None):
+    return None

@@ -48,20 +48,23 @@ def _direct(t, q):
 def _decode_into(q, k, v, seq_len, window, ring_capacity, scale, softcap, sinks, alibi_slopes, k_scale, v_scale,
                  k_scales, v_scales, kv_dtype, threads, out, lse):
     ptrs = (sinks, alibi_slopes, k_scales, v_scales)
-    cacheable = all(_direct(t, q) for t in ptrs)
     key = None
-    if cacheable:
-        stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
-        key = (q.shape, q.stride(), q.dtype, q.device, stream, k.shape, k.stride(), k.dtype, k.device, v.shape,
-               v.stride(), v.dtype, v.device, out.shape, out.stride(), out.dtype, out.device, window, ring_capacity, scale, softcap, k_scale, v_scale,
-               kv_dtype, threads) + tuple(None if t is None else t.data_ptr() for t in ptrs)
+    if ptrs == (None, None, None, None) or all(_direct(t, q) for t in ptrs):
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), out.shape, out.stride(), q.dtype,
+               k.dtype, v.dtype, out.dtype, q.device, k.device, v.device, out.device,
+               torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None, window, ring_capacity, scale,
+               softcap, k_scale, v_scale, kv_dtype, threads, ptrs[0] is not None and sinks.data_ptr(),
+               ptrs[1] is not None and alibi_slopes.data_ptr(), ptrs[2] is not None and k_scales.data_ptr(),
+               ptrs[3] is not None and v_scales.data_ptr())
         hit = _plain.get(key)
-        if (hit is not None and 1 <= seq_len <= _f._U32 and k.shape[0] >= (ring_capacity or seq_len) and
+        # what the key does not hold: seq_len against the rows, and lse
+        if (hit is not None and 0 < seq_len <= _U32 and k.shape[0] >= (ring_capacity or seq_len) and
                 (lse is None or (lse.shape == q.shape[:1] and lse.dtype == torch.float32 and lse.is_contiguous()
                                  and lse.device == q.device))):
-            lay, ctx = hit
-            _f._check(_f._lib.fdec_decode(ctx, _C.byref(lay), seq_len, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                          out.data_ptr(), None if lse is None else lse.data_ptr()))
+            status = _fdec_decode(hit[1], hit[0], seq_len, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                  None if lse is None else lse.data_ptr())
+            if status:
+                _f._check(status)
             return
     lay, ctx = _f._decode_into(q, k, v, out, lse, seq_len=seq_len, window=window, ring_capacity=ring_capacity,
                                scale=_none0(scale), threads=_none0(threads), softcap=_none0(softcap), sinks=sinks,
@@ -70,14 +73,18 @@ def _decode_into(q, k, v, seq_len, window, ring_capacity, scale, softcap, sinks,
     if key is not None:
         if len(_plain) > 256:
             _plain.clear()
-        _plain[key] = (lay, ctx)
+        _plain[key] = (_C.byref(lay), ctx, lay)
+
+
+_U32 = 2 ** 32 - 1
+_fdec_decode = _f._lib.fdec_decode
 
 
 def _decode(q, k, v, seq_len, window=0, ring_capacity=0, scale=0.0, softcap=0.0, sinks=None, alibi_slopes=None,
             k_scale=0.0, v_scale=0.0, k_scales=None, v_scales=None, kv_dtype=None, threads=0):
     if q.dim() != 2:
         raise ValueError(f"q must be [num_q_heads, head_dim], got shape {tuple(q.shape)}")
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(q.shape[:1], dtype=torch.float32, device=q.device)
     _decode_into(q, k, v, seq_len, window, ring_capacity, scale, softcap, sinks, alibi_slopes, k_scale, v_scale,
                  k_scales, v_scales, kv_dtype, threads, out, lse)

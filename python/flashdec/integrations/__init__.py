@@ -1,0 +1,1 @@
+"""flashdec inside other frameworks: `flashdec.integrations.transformers` (Hugging Face transformers)."""

@@ -122,26 +122,42 @@ def test_generate_half_precision(dtype, tol, monkeypatch):
 
 
 def test_masks_read_not_assumed():
-    """_starts: the masks generate() makes are recognised; any other mask is refused (it goes to the fallback)."""
+    """_spans: the masks generate() makes are recognised; any other mask is refused (it goes to the fallback)."""
     B, q, kv = 2, 1, 10
     m = torch.ones(B, 1, q, kv, dtype=torch.bool)
     m[1, :, :, :4] = False  # left padding of 4
-    assert fhf._starts(m, B, q, kv, 0) == [0, 4]
-    assert fhf._starts(torch.where(m, 0.0, float("-inf")), B, q, kv, 0) == [0, 4]  # additive form
+    assert fhf._spans(m, B, q, kv, 0) == [(0, 10), (4, 10)]
+    assert fhf._spans(torch.where(m, 0.0, float("-inf")), B, q, kv, 0) == [(0, 10), (4, 10)]  # additive form
+    static = m.clone()
+    static[..., 7:] = False  # a static cache: rows past the current position are not there yet
+    assert fhf._spans(static, B, q, kv, 0) == [(0, 7), (4, 7)]
     holes = m.clone()
-    holes[0, :, :, 5] = False  # a hole inside the sequence: not a start, not a window
-    assert fhf._starts(holes, B, q, kv, 0) is None
+    holes[0, :, :, 5] = False  # a hole inside the sequence: not a span, not a window
+    assert fhf._spans(holes, B, q, kv, 0) is None
     # three new tokens, causal, window 4
     j = torch.arange(kv)
     p = kv - 3 + torch.arange(3)[:, None]
     w = ((j <= p) & (j > p - 4))[None, None].expand(B, 1, 3, kv)
-    assert fhf._starts(w, B, 3, kv, 4) == [4, 4]  # token 0 (position 7) sees 4..7
-    assert fhf._starts(w, B, 3, kv, 0) is None  # the mask has a window the call does not say
-    assert fhf._starts(None, B, 1, kv, 0) == [0, 0]
-    assert fhf._starts(None, B, 3, kv, 0) is None  # several new tokens and no mask: not the decode layout
+    assert fhf._spans(w, B, 3, kv, 4) == [(4, 10), (4, 10)]  # token 0 (position 7) sees 4..7
+    assert fhf._spans(w, B, 3, kv, 0) is None  # the mask has a window the call does not say
+    assert fhf._spans(w, B, 3, kv, 5) is None  # or another window
+    assert fhf._spans(None, B, 1, kv, 0) == [(0, 10), (0, 10)]
+    assert fhf._spans(None, B, 3, kv, 0) is None  # several new tokens and no mask: not the decode layout
     dead = m.clone()
     dead[1] = False
-    assert fhf._starts(dead, B, q, kv, 0) is None  # a sequence that sees nothing
+    assert fhf._spans(dead, B, q, kv, 0) is None  # a sequence that sees nothing
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_generate_static_cache(family, monkeypatch):
+    """A static cache holds rows past the current position; the mask says where each sequence ends."""
+    ref, ours, cfg = models(family, "cpu")
+    count = Count(monkeypatch)
+    ids = torch.randint(1, cfg.vocab_size, (2, 18), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    compare(ref, ours, ids, mask, 1e-4, cache_implementation="static")
+    assert len(count.calls) == 31 * cfg.num_hidden_layers
 
 
 def test_registered_name():

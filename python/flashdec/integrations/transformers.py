@@ -21,27 +21,27 @@ NAME = "flashdec"
 MAX_Q_LEN = 16  # flashdec's query tokens a sequence (FDEC_MAX_Q_LEN)
 
 
-def _starts(mask, B, q_len, kv_len, window):
-    """Each sequence's first visible key, where `mask` ([B or 1, 1, q_len, >= kv_len] bool, or additive float with 0
-    where visible, or None) is exactly: key j visible to new token i iff start <= j <= p_i and j > p_i - window, with
-    p_i = kv_len - q_len + i. None where it is any other mask."""
+def _spans(mask, B, q_len, kv_len, window):
+    """Each sequence's keys as (start, end), where `mask` ([B or 1, 1, q_len, >= kv_len] bool, or additive float with
+    0 where visible, or None) is exactly: key j visible to new token i iff start <= j <= p_i and j > p_i - window,
+    with p_i = end - q_len + i (end < kv_len in a static cache). None where it is any other mask."""
     if mask is None:  # transformers leaves the mask out only where plain causality (or nothing) is meant
-        return [0] * B if q_len in (1, kv_len) else None
+        return [(0, kv_len)] * B if q_len in (1, kv_len) else None
     if mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[2] != q_len or mask.shape[3] < kv_len:
         return None
     m = mask[:, 0, :, :kv_len]
     m = m if m.dtype == torch.bool else m == 0
     m = m.expand(B, q_len, kv_len)
-    first = m[:, 0, :]
-    start = first.to(torch.uint8).argmax(-1)
     j = torch.arange(kv_len, device=m.device)
-    p = (kv_len - q_len + torch.arange(q_len, device=m.device))[:, None]
+    start = m[:, 0, :].to(torch.uint8).argmax(-1)  # the first token's first key
+    end = kv_len - m[:, -1, :].flip(-1).to(torch.uint8).argmax(-1)  # past the last token's last key
+    p = (end[:, None] - q_len + torch.arange(q_len, device=m.device))[:, :, None]
     want = (j >= start[:, None, None]) & (j <= p)
     if window:
         want &= j > p - window
-    if not (torch.equal(want, m) and bool(first.any(-1).all())):
+    if not (torch.equal(want, m) and bool(m[:, 0, :].any(-1).all())):
         return None
-    return start.tolist()
+    return list(zip(start.tolist(), end.tolist()))
 
 
 class _MaskMemo:
@@ -50,13 +50,13 @@ class _MaskMemo:
     def __init__(self):
         self.entries = []
 
-    def starts(self, mask, B, q_len, kv_len, window):
+    def spans(self, mask, B, q_len, kv_len, window):
         if mask is None:
-            return _starts(None, B, q_len, kv_len, window)
+            return _spans(None, B, q_len, kv_len, window)
         for m, key, result in self.entries:
             if m is mask and key == (B, q_len, kv_len, window):
                 return result
-        result = _starts(mask, B, q_len, kv_len, window)
+        result = _spans(mask, B, q_len, kv_len, window)
         self.entries = [(mask, (B, q_len, kv_len, window), result)] + self.entries[:3]  # holds them: ids stay theirs
         return result
 
@@ -91,32 +91,32 @@ def _torch_attention(query, key, value, mask, scaling, softcap, sinks):
     return torch.matmul(w, value.float()).to(query.dtype).transpose(1, 2).contiguous()
 
 
-def _decode_rows(q_rows, kb, vb, out, starts, q_len, window, kw):
+def _decode_rows(q_rows, kb, vb, out, spans, q_len, window, kw):
     """flashdec for q_rows [B * q_len, H, D] over the caches kb, vb [B, kv_len, G, D] into out, sequence b's keys
-    from starts[b]: one decode_batch call where all start alike, one a sequence where not."""
-    B, kv_len = kb.shape[:2]
+    spans[b] = (start, end): one call for the sequences that share a span, one a sequence where they differ."""
+    B = kb.shape[0]
     dev = q_rows.device
-    if q_rows.is_cuda and not _cuda_batch.get(dev, True):
-        # one decode a token: token i of a sequence sees its first kv_len - q_len + i + 1 positions
-        for b in range(B):
+    if q_rows.is_cuda and not _cuda_batch.get(dev, True) or (B == 1 and q_len == 1):
+        # one decode a token: token i of a sequence sees its keys up to end - q_len + i
+        for b, (s, e) in enumerate(spans):
             for i in range(q_len):
                 r = b * q_len + i
-                flashdec.decode(q_rows[r], kb[b, starts[b]:], vb[b, starts[b]:],
-                                seq_len=kv_len - starts[b] - (q_len - 1 - i), window=window, out=out[r], **kw)
+                flashdec.decode(q_rows[r], kb[b, s:e], vb[b, s:e], seq_len=e - s - (q_len - 1 - i), window=window,
+                                out=out[r], **kw)
         return
-    groups = [(0, B)] if len(set(starts)) == 1 else [(b, b + 1) for b in range(B)]
+    groups = [(0, B)] if len(set(spans)) == 1 else [(b, b + 1) for b in range(B)]
     for b0, b1 in groups:
-        s, rows = starts[b0], slice(b0 * q_len, b1 * q_len)
-        lens = torch.full((b1 - b0,), kv_len - s, dtype=torch.int32, device=dev)
+        (s, e), rows = spans[b0], slice(b0 * q_len, b1 * q_len)
+        lens = torch.full((b1 - b0,), e - s, dtype=torch.int32, device=dev)
         qls = torch.full((b1 - b0,), q_len, dtype=torch.int32, device=dev)
         try:
-            flashdec.decode_batch(q_rows[rows], kb[b0:b1, s:], vb[b0:b1, s:], lens, q_lens=qls, window=window,
-                                  max_seq_len=kv_len - s, max_q_len=q_len, out=out[rows], **kw)
-        except flashdec.FlashdecError as e:
-            if not q_rows.is_cuda or "not available" not in str(e):
+            flashdec.decode_batch(q_rows[rows], kb[b0:b1, s:e], vb[b0:b1, s:e], lens, q_lens=qls, window=window,
+                                  max_seq_len=e - s, max_q_len=q_len, out=out[rows], **kw)
+        except flashdec.FlashdecError as err:
+            if not q_rows.is_cuda or "not available" not in str(err):
                 raise
             _cuda_batch[dev] = False  # this build's CUDA backend has no batches: one call a token
-            return _decode_rows(q_rows, kb, vb, out, starts, q_len, window, kw)
+            return _decode_rows(q_rows, kb, vb, out, spans, q_len, window, kw)
 
 
 def flashdec_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
@@ -126,12 +126,12 @@ def flashdec_attention_forward(module, query, key, value, attention_mask, dropou
     B, H, q_len, D = query.shape
     kv_len = key.shape[2]
     window = int(sliding_window or 0)
-    starts = None
+    spans = None
     if (q_len <= MAX_Q_LEN and not dropout and kwargs.get("position_bias") is None and key.shape == value.shape
             and not torch.is_grad_enabled() and query.dtype in (torch.float32, torch.float16, torch.bfloat16)
             and key.dtype == query.dtype and D <= 512 and not kwargs.get("output_attentions")):
-        starts = _memo.starts(attention_mask, B, q_len, kv_len, window)
-    if starts is None:
+        spans = _memo.spans(attention_mask, B, q_len, kv_len, window)
+    if spans is None:
         if softcap or s_aux is not None:
             return _torch_attention(query, key, value, attention_mask, scaling, softcap, s_aux), None
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -139,7 +139,7 @@ def flashdec_attention_forward(module, query, key, value, attention_mask, dropou
     q_rows = query.transpose(1, 2).reshape(B * q_len, H, D).contiguous()
     out = torch.empty_like(q_rows)
     kw = dict(scale=scaling, softcap=softcap or None, sinks=None if s_aux is None else s_aux.detach().float())
-    _decode_rows(q_rows, key.transpose(1, 2), value.transpose(1, 2), out, starts, q_len, window, kw)
+    _decode_rows(q_rows, key.transpose(1, 2), value.transpose(1, 2), out, spans, q_len, window, kw)
     return out.view(B, q_len, H, D), None
 
 

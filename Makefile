@@ -75,7 +75,7 @@ FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib wheel wheel-arm64 test test-arm64 test-arm64-full test-cuda test-python check-sass sanitize fuzz fuzz-cuda demo bench bench-peer-cpu install clean
+.PHONY: all lib wheel wheel-arm64 test test-arm64 test-arm64-full test-cuda test-python test-torch check-sass sanitize fuzz fuzz-cuda demo bench bench-peer-cpu install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(CUDA_MOD) $(BUILD)/flashdec $(SP_LIB)
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/strassen.h src/cpu/simd.h $(HDRS)
@@ -245,6 +245,20 @@ test-python: wheel
 	cd tests/python && ../../$(VENV)/bin/python -m pytest -q -rs .
 	cd /tmp && $(CURDIR)/$(VENV)/bin/python $(CURDIR)/examples/decode_loop.py --steps 200
 	cd /tmp && $(CURDIR)/$(VENV)/bin/python $(CURDIR)/examples/paged_generate.py --steps 60
+
+# The torch operators and the transformers integration (tests/python/test_torch_ops.py, test_transformers.py,
+# examples/hf_generate.py) in build/venv-torch with torch and transformers from PyPI: a few GB, so not part of
+# `make test`, whose Python tests skip them with a message. TORCH_PIP picks the torch (e.g. "torch --index-url
+# https://download.pytorch.org/whl/cpu" for the CPU-only build).
+TORCH_VENV := $(BUILD)/venv-torch
+TORCH_PIP ?= torch
+test-torch: wheel
+	test -x $(TORCH_VENV)/bin/python || python3 -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install -q $(TORCH_PIP)
+	$(TORCH_VENV)/bin/pip install -q transformers numpy ml_dtypes pytest hypothesis
+	$(TORCH_VENV)/bin/pip install -q --no-deps --force-reinstall $(WHEELHOUSE)/*.whl
+	cd tests/python && ../../$(TORCH_VENV)/bin/python -m pytest -q -rs test_torch_ops.py test_transformers.py
+	cd /tmp && $(CURDIR)/$(TORCH_VENV)/bin/python $(CURDIR)/examples/hf_generate.py --new-tokens 16
 
 # The same suite on the CUDA backend (needs an NVIDIA GPU; prints a skip line without one), then
 # compute-sanitizer memcheck and racecheck over a subset when the tool is there.

@@ -260,8 +260,17 @@ def _context(cuda, device, stream, threads):
     key = (cuda, device, stream, threads)
     ctx = contexts.get(key)
     if ctx is None:
+        if cuda and _capturing(device):
+            raise RuntimeError("flashdec: no context for this stream yet, and none can be made while a CUDA graph is "
+                               "being captured; make one call on the capture stream before capturing (e.g. "
+                               "torch.cuda.graph(g, stream=s) after a call under torch.cuda.stream(s))")
         ctx = contexts[key] = _Context(cuda, device, stream, threads)
     return ctx.handle
+
+
+def _capturing(device):
+    import torch
+    return torch.cuda.is_current_stream_capturing()
 
 
 def _stream_of(a):

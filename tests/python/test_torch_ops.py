@@ -195,7 +195,8 @@ def test_torch_compile_inductor_cpu():
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device and flashdec's CUDA backend")
 def test_cuda_graph_replays_the_op():
-    """decode_into captured once in a CUDA graph and replayed over new data in the same buffers."""
+    """decode_into captured once in a CUDA graph and replayed over new data in the same buffers; a capture on a
+    stream flashdec has not seen is refused with a message, not a CUDA error."""
     q, k, v = layer(11, dtype=torch.float16, device="cuda")
     out = torch.empty_like(q)
     s = torch.cuda.Stream()
@@ -204,7 +205,7 @@ def test_cuda_graph_replays_the_op():
         torch.ops.flashdec.decode_into(q, k, v, 300, out=out)  # warm up: the context and its scratch exist
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, stream=s):  # the stream whose context the warm-up made
         torch.ops.flashdec.decode_into(q, k, v, 300, out=out)
     for seed in (12, 13):
         q2, k2, v2 = layer(seed, dtype=torch.float16, device="cuda")
@@ -214,3 +215,7 @@ def test_cuda_graph_replays_the_op():
         torch.cuda.synchronize()
         ref = reference(np64(q2), np64(k2), np64(v2), 300)[0]
         assert np.abs(np64(out) - ref).max() < 2e-3
+    g2 = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="before capturing"):
+        with torch.cuda.graph(g2):  # a fresh capture stream
+            torch.ops.flashdec.decode_into(q, k, v, 300, out=out)

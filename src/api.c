@@ -503,7 +503,7 @@ fdec_status fdec_context_reserve_batch(fdec_context *c, const fdec_layer *layer,
     if (st) return st;
     fdec_batch_problem bp;
     if ((st = batch_init(c, layer, batch, &bp))) return leave(c, st);
-    return leave(c, c->ops->reserve(c->impl, &bp.p));
+    return leave(c, c->ops->reserve_batch ? c->ops->reserve_batch(c->impl, &bp) : c->ops->reserve(c->impl, &bp.p));
 }
 
 fdec_status fdec_kv_write(fdec_context *c, const fdec_layer *layer, const fdec_kv_slots *s, const void *k_src,

@@ -36,12 +36,6 @@ static inline float fdec_kv_scale(const fdec_problem *p, uint32_t g, int which) 
     return x != 0.0f ? x : 1.0f;
 }
 
-/* Query token i's position and the first position it attends (flashdec.h, "Rows"): token nq - 1 is at qpos, the
- * ones before it one position earlier each, and each attends [lo, its position] (causal among the new tokens). */
-static inline uint64_t fdec_tok_pos(uint64_t qpos, uint32_t nq, uint32_t i) { return qpos - (nq - 1 - i); }
-static inline uint64_t fdec_tok_lo(uint64_t pos, uint32_t window) {
-    return window && pos + 1 > window ? pos + 1 - window : 0;
-}
 static inline uint64_t fdec_token_pos(const fdec_problem *p, uint32_t i) { return fdec_tok_pos(p->qpos, p->nq, i); }
 static inline uint64_t fdec_token_lo(const fdec_problem *p, uint32_t i) {
     return fdec_tok_lo(fdec_token_pos(p, i), p->window);
@@ -79,6 +73,9 @@ typedef struct fdec_backend_ops {
     /* fdec_decode_batch, arguments checked (on a host backend every value); NULL: not on this backend yet */
     fdec_status (*decode_batch)(void *impl, const fdec_batch_problem *bp, const void *q, const void *k, const void *v,
                                 void *out, float *lse);
+    /* fdec_context_reserve_batch where the batch's scratch is not that of its largest sequence (CUDA: every
+     * sequence's chunk states at once); NULL: reserve(bp->p) */
+    fdec_status (*reserve_batch)(void *impl, const fdec_batch_problem *bp);
     /* fdec_kv_write, arguments checked; p is the layer's problem with the cache's page geometry in p->kv */
     fdec_status (*kv_write)(void *impl, const fdec_problem *p, const fdec_kv_slots *s, const void *k_src,
                             const void *v_src, void *k, void *v);
@@ -141,7 +138,7 @@ fdec_status fdec_context_create_test(fdec_backend backend, const fdec_options *o
 /* The CUDA backend is a module loaded at run time (cuda/loader.c): the loading library hands it this table, and the
  * module's fdec_cuda_module_create (cuda/module.c) creates the backend. FDEC_CUDA_MODULE_ABI changes with the table,
  * fdec_backend_ops, fdec_problem or fdec_test_options, so that a module of another version is refused. */
-#define FDEC_CUDA_MODULE_ABI 3
+#define FDEC_CUDA_MODULE_ABI 4
 typedef struct {
     int abi;
     void (*set_error)(fdec_status st, const char *msg); /* the loading library's fdec_set_error */

@@ -8,7 +8,7 @@
  * ps, hs: the layer's position and head strides (elements); ss: elements between the caches of the sequences of a
  * batch (0 for a single call or a paged cache); ring: the ring capacity (0: contiguous); pages: the sequence's row of
  * the page table. Rows of consecutive positions are ps apart up to the ring's end or the page's (fdec_kv_run), which
- * is what the kernels stream. */
+ * is what the kernels stream. The positions a query token attends are here too (fdec_tok_pos, fdec_tok_lo). */
 #ifndef FDEC_KV_H
 #define FDEC_KV_H
 
@@ -70,6 +70,18 @@ FDEC_HD size_t fdec_kv_pos(const fdec_kv_layout *L, uint64_t t) {
         return (size_t)L->pages[t / L->page_size] * L->page_stride + (size_t)(t % L->page_size) * L->ps;
     return (size_t)fdec_kv_row(L, t) * L->ps;
 }
+
+/* The element offset of slot s's vector of KV head 0 (fdec_kv_write's slot mapping): a paged cache's page
+ * s / page_size, row s % page_size; a contiguous cache's row s. */
+FDEC_HD size_t fdec_kv_slot(const fdec_kv_layout *L, uint64_t s) {
+    if (L->page_size) return (size_t)(s / L->page_size) * L->page_stride + (size_t)(s % L->page_size) * L->ps;
+    return (size_t)s * L->ps;
+}
+
+/* Query token i's position and the first position it attends (flashdec.h, "Rows"): token nq - 1 is at qpos, the
+ * ones before it one position earlier each, and each attends [lo, its position] (causal among the new tokens). */
+FDEC_HD uint64_t fdec_tok_pos(uint64_t qpos, uint32_t nq, uint32_t i) { return qpos - (nq - 1 - i); }
+FDEC_HD uint64_t fdec_tok_lo(uint64_t pos, uint32_t window) { return window && pos + 1 > window ? pos + 1 - window : 0; }
 
 /* The element offset of position t, KV head g, of sequence seq. */
 FDEC_HD size_t fdec_kv_offset(const fdec_kv_layout *L, uint32_t seq, uint64_t t, uint32_t g) {

@@ -9,6 +9,71 @@
 
 #include <math.h>
 
+/* On the CUDA backend a case's arrays are mirrored in device memory (dev_case) and each call translates its host
+ * pointers into the mirror (batch_call), so that the checks below read host memory either way. */
+typedef struct {
+    unsigned char *q, *k, *v, *lens, *qls, *table, *sinks, *alibi;
+} dev_case;
+
+static void *dev_copy(const void *src, size_t bytes) {
+    void *d = src && bytes ? fd_dev_alloc(bytes) : NULL;
+    if (d && fd_h2d(d, src, bytes)) fd_dev_free(d), d = NULL;
+    return d;
+}
+
+static int dev_case_make(dev_case *d, const fd_batch_case *c) {
+    const fdec_layer *L = &c->L;
+    const size_t H = L->num_q_heads, B = c->b.num_seqs;
+    memset(d, 0, sizeof *d);
+    d->q = dev_copy(c->q, c->rows * H * L->head_dim * fdec_dtype_size(L->q_dtype));
+    d->k = dev_copy(c->k, c->kv_elems * fdec_dtype_size(L->kv_dtype));
+    d->v = dev_copy(c->v, c->kv_elems * fdec_dtype_size(L->kv_dtype));
+    d->lens = dev_copy(c->seq_lens, B * sizeof(uint32_t));
+    d->qls = dev_copy(c->q_lens, B * sizeof(uint32_t));
+    d->table = c->b.page_size ? dev_copy(c->table, B * c->b.max_pages * sizeof(int32_t)) : NULL;
+    d->sinks = L->sinks ? dev_copy(L->sinks, H * sizeof(float)) : NULL;
+    d->alibi = L->alibi_slopes ? dev_copy(L->alibi_slopes, H * sizeof(float)) : NULL;
+    return d->q && d->k && d->v && d->lens && d->qls && (d->table || !c->b.page_size) && (d->sinks || !L->sinks) &&
+                   (d->alibi || !L->alibi_slopes)
+               ? 0
+               : -1;
+}
+
+static void dev_case_free(dev_case *d) {
+    unsigned char *all[] = {d->q, d->k, d->v, d->lens, d->qls, d->table, d->sinks, d->alibi};
+    for (int i = 0; i < 8; i++) fd_dev_free(all[i]);
+}
+
+/* p (inside host array hb) as the same place in the device array db */
+static const void *xl(const void *p, const void *hb, const unsigned char *db) {
+    return p ? db + ((const unsigned char *)p - (const unsigned char *)hb) : NULL;
+}
+
+/* fdec_decode_batch of batch b (host arrays of c, or parts of them) into out (ob bytes) and lse (lb bytes, or NULL):
+ * directly on the CPU; on CUDA through the mirror d, with out and lse and `pad` bytes either side (the guards) copied
+ * in and back. */
+static fdec_status batch_call(fdec_context *ctx, const fd_batch_case *c, const dev_case *d, const fdec_batch *b,
+                              const void *q, const void *k, const void *v, unsigned char *out, size_t ob,
+                              unsigned char *lse, size_t lb, size_t pad) {
+    if (!g_cuda) return fdec_decode_batch(ctx, &c->L, b, q, k, v, out, (float *)lse);
+    fdec_layer L = c->L;
+    L.sinks = (const float *)xl(L.sinks, c->L.sinks, d->sinks);
+    L.alibi_slopes = (const float *)xl(L.alibi_slopes, c->L.alibi_slopes, d->alibi);
+    fdec_batch db = *b;
+    db.seq_lens = (const uint32_t *)xl(b->seq_lens, c->seq_lens, d->lens);
+    db.q_lens = (const uint32_t *)xl(b->q_lens, c->q_lens, d->qls);
+    db.page_table = (const int32_t *)xl(b->page_table, c->table, d->table);
+    unsigned char *dout = dev_copy(out - pad, ob + 2 * pad), *dlse = lse ? dev_copy(lse - pad, lb + 2 * pad) : NULL;
+    fdec_status st = !dout || (lse && !dlse)
+                         ? FDEC_ENOMEM
+                         : fdec_decode_batch(ctx, &L, &db, xl(q, c->q, d->q), xl(k, c->k, d->k), xl(v, c->v, d->v),
+                                             dout + pad, dlse ? (float *)(dlse + pad) : NULL);
+    if (!st && (fd_dev_sync() || fd_d2h(out - pad, dout, ob + 2 * pad) || (lse && fd_d2h(lse - pad, dlse, lb + 2 * pad))))
+        st = FDEC_EBACKEND;
+    fd_dev_free(dout), fd_dev_free(dlse);
+    return st;
+}
+
 /* Runs c on ctx and checks every sequence's rows against its reference and the guards; with `alone`, also each
  * sequence as a batch of its own, which must give the same bytes (batch invariance). */
 static double batch_check(fdec_context *ctx, const char *who, fd_batch_case *c, int alone) {
@@ -17,7 +82,14 @@ static double batch_check(fdec_context *ctx, const char *who, fd_batch_case *c, 
     const size_t ob = c->rows * H * D * fdec_dtype_size(L->out_dtype), lb = c->rows * H * sizeof(float);
     unsigned char *out = malloc(ob + 2 * GUARD), *lse = malloc(lb + 2 * GUARD);
     memset(out, 0xa5, ob + 2 * GUARD), memset(lse, 0xa5, lb + 2 * GUARD);
-    fdec_status st = fdec_decode_batch(ctx, L, &c->b, c->q, c->k, c->v, out + GUARD, (float *)(lse + GUARD));
+    dev_case dc;
+    memset(&dc, 0, sizeof dc);
+    if (g_cuda && dev_case_make(&dc, c)) {
+        check(0, "%s: device memory for a batch", who);
+        dev_case_free(&dc), free(out), free(lse);
+        return INFINITY;
+    }
+    fdec_status st = batch_call(ctx, c, &dc, &c->b, c->q, c->k, c->v, out + GUARD, ob, lse + GUARD, lb, GUARD);
     double worst = 0;
     char desc[200];
     snprintf(desc, sizeof desc, "B=%u D=%u H=%u G=%u max_len=%u max_q=%u win=%u ring=%u page=%u %s/%s/%s%s%s%s",
@@ -26,7 +98,7 @@ static double batch_check(fdec_context *ctx, const char *who, fd_batch_case *c, 
              L->softcap > 0 ? " softcap" : "", L->sinks ? " sinks" : "", L->alibi_slopes ? " alibi" : "");
     if (st) {
         check(0, "%s: batch %s: %s", who, desc, fdec_last_error());
-        free(out), free(lse);
+        dev_case_free(&dc), free(out), free(lse);
         return INFINITY;
     }
     int guards = 1;
@@ -60,8 +132,8 @@ static double batch_check(fdec_context *ctx, const char *who, fd_batch_case *c, 
                 k = (const char *)c->k + off, v = (const char *)c->v + off, one.kv_seq_stride = 0;
             }
             const size_t qrow = (size_t)H * D * fdec_dtype_size(L->q_dtype), orow = (size_t)H * D * fdec_dtype_size(L->out_dtype);
-            void *o1 = malloc(nq * orow);
-            st = fdec_decode_batch(ctx, L, &one, (const char *)c->q + row * qrow, k, v, o1, NULL);
+            unsigned char *o1 = malloc(nq * orow);
+            st = batch_call(ctx, c, &dc, &one, (const char *)c->q + row * qrow, k, v, o1, nq * orow, NULL, 0, 0);
             check(st == FDEC_OK && !memcmp(o1, out + GUARD + row * orow, nq * orow),
                   "%s: batch %s: sequence %u alone differs from the batch (%s)", who, desc, i,
                   st ? fdec_last_error() : "other bytes");
@@ -70,21 +142,11 @@ static double batch_check(fdec_context *ctx, const char *who, fd_batch_case *c, 
         free(ref), free(rl);
         row += nq;
     }
-    free(out), free(lse);
+    dev_case_free(&dc), free(out), free(lse);
     return worst;
 }
 
 void test_batch(path_ctx *pc, int npc, int configs, uint64_t seed) {
-    if (g_cuda) { /* not served there yet: a clear refusal */
-        fdec_layer L = layer_of(64, 4, 2, 0, 0, FDEC_F16, 0);
-        uint32_t n = 10;
-        fdec_batch b;
-        memset(&b, 0, sizeof b);
-        b.num_seqs = 1, b.seq_lens = &n, b.max_seq_len = 10;
-        const fdec_status st = fdec_decode_batch(pc[0].ctx, &L, &b, (void *)&n, (void *)&n, (void *)&n, (void *)&n, NULL);
-        check(st != FDEC_OK, "CUDA decode_batch: accepted");
-        return;
-    }
     fd_rng r = {seed ^ 0xba7c4};
     double worst = 0;
     int n = 0;
@@ -198,10 +260,64 @@ void test_batch_bad(void) {
     fdec_context_destroy(ctx);
 }
 
-/* fdec_kv_write: rows land where the slot says, converted, in paged and contiguous caches of both page layouts. */
+/* CUDA: lengths, token counts and page ids are read on the device. A bad one makes its sequence's rows NaN, the
+ * other sequences come out right, and nothing outside the arrays is read (compute-sanitizer's memcheck runs this). */
+void test_batch_device_checks(path_ctx *pc) {
+    if (!g_cuda) return;
+    fd_rng r = {4242};
+    static const char *what[] = {"seq_len past max_seq_len", "seq_len 0", "q_len past seq_len", "page id past the pool",
+                                 "page id -1"};
+    int n = 0;
+    for (int kind = 0; kind < 5; kind++)
+        for (int tries = 0; tries < 50; tries++) {
+            fd_batch_case c;
+            fd_batch_make(&c, &r, 3, kind >= 3 ? 1 + (uint32_t)(fd_rand(&r) % 16) : 0, 0, 0, 1, 0);
+            uint32_t *len = &c.seq_lens[1];
+            const int usable = kind == 2 ? c.q_lens[1] >= 2 : kind >= 3 ? *len > 1 : 1;
+            if (!usable) {
+                fd_batch_free(&c);
+                continue;
+            }
+            if (kind == 0) *len = c.b.max_seq_len + 7;
+            else if (kind == 1) *len = 0;
+            else if (kind == 2) *len = c.q_lens[1] - 1;
+            else c.table[c.b.max_pages + (*len - 1) / c.b.page_size] = kind == 3 ? (int32_t)c.b.num_pages + 100 : -1;
+            const fdec_layer *L = &c.L;
+            const uint32_t H = L->num_q_heads, D = L->head_dim;
+            const size_t ob = c.rows * H * D * fdec_dtype_size(L->out_dtype), lb = c.rows * H * sizeof(float);
+            unsigned char *out = malloc(ob), *lse = malloc(lb);
+            memset(out, 0, ob), memset(lse, 0, lb);
+            dev_case d;
+            fdec_status st = dev_case_make(&d, &c) ? FDEC_ENOMEM
+                                                   : batch_call(pc[0].ctx, &c, &d, &c.b, c.q, c.k, c.v, out, ob, lse, lb, 0);
+            int ok = st == FDEC_OK;
+            size_t row = 0;
+            for (uint32_t i = 0; ok && i < 3; i++) {
+                const uint32_t nq = c.q_lens[i];
+                if (i == 1) { /* every element NaN */
+                    for (size_t x = 0; x < (size_t)nq * H * D; x++) ok &= isnan(fdec_load_elem(out, row * H * D + x, L->out_dtype));
+                    for (size_t x = 0; x < (size_t)nq * H; x++) ok &= isnan(((float *)lse)[row * H + x]);
+                } else {
+                    double *ref = malloc(sizeof(double) * nq * H * D);
+                    const double tol = fd_batch_reference(&c, i, row, ref, NULL);
+                    for (size_t x = 0; x < (size_t)nq * H * D; x++)
+                        ok &= fabs(fdec_load_elem(out, row * H * D + x, L->out_dtype) - ref[x]) <= tol;
+                    free(ref);
+                }
+                row += nq;
+            }
+            check(ok, "CUDA batch with %s: %s", what[kind], st ? fdec_last_error() : "rows not as they should be");
+            dev_case_free(&d), free(out), free(lse), fd_batch_free(&c);
+            n++;
+            break;
+        }
+    printf("batches with bad values on the device: %d kinds, NaN rows for the bad sequence\n", n);
+}
+
+/* fdec_kv_write: rows land where the slot says, converted, in paged and contiguous caches of both page layouts. On
+ * CUDA the slots are read on the device: one outside the cache writes nothing. */
 void test_kv_write(path_ctx *pc, int npc) {
     (void)npc;
-    if (g_cuda) return;
     fd_rng r = {77};
     int n = 0, bad = 0;
     for (int it = 0; it < 60; it++) {
@@ -234,7 +350,27 @@ void test_kv_write(path_ctx *pc, int npc) {
             fdec_store_elem(vs, i, s.src_dtype, (float)(4 * fd_uniform(&r) - 2));
         }
         memset(k, 0x3c, total * es), memset(v, 0x3c, total * es);
-        fdec_status st = fdec_kv_write(pc[0].ctx, &L, &s, ks, vs, k, v);
+        fdec_status st;
+        if (g_cuda) { /* the same through device copies, and one more token whose slot is past the cache */
+            int64_t *slot2 = malloc((s.num_tokens + 1) * sizeof *slot2);
+            memcpy(slot2, slot, s.num_tokens * sizeof *slot2);
+            slot2[s.num_tokens] = (int64_t)nslots + (int64_t)(fd_rand(&r) % 1000);
+            unsigned char *dk = dev_copy(k, total * es), *dv = dev_copy(v, total * es),
+                          *dsl = dev_copy(slot2, (s.num_tokens + 1) * sizeof *slot2);
+            unsigned char *dks2 = fd_dev_alloc((sn + (size_t)G * D) * ses), *dvs2 = fd_dev_alloc((sn + (size_t)G * D) * ses);
+            fdec_kv_slots s2 = s;
+            s2.slots = (const int64_t *)dsl, s2.num_tokens = s.num_tokens + 1;
+            st = !dk || !dv || !dsl || !dks2 || !dvs2 || fd_dev_memset(dks2, 0x40, (sn + (size_t)G * D) * ses) ||
+                         fd_dev_memset(dvs2, 0x40, (sn + (size_t)G * D) * ses) || fd_h2d(dks2, ks, sn * ses) ||
+                         fd_h2d(dvs2, vs, sn * ses)
+                     ? FDEC_ENOMEM
+                     : fdec_kv_write(pc[0].ctx, &L, &s2, dks2, dvs2, dk, dv);
+            if (!st && (fd_dev_sync() || fd_d2h(k, dk, total * es) || fd_d2h(v, dv, total * es))) st = FDEC_EBACKEND;
+            unsigned char *all[] = {dk, dv, dsl, dks2, dvs2};
+            for (int i = 0; i < 5; i++) fd_dev_free(all[i]);
+            free(slot2);
+        } else
+            st = fdec_kv_write(pc[0].ctx, &L, &s, ks, vs, k, v);
         int ok = st == FDEC_OK;
         for (uint32_t i = 0; ok && i < s.num_tokens; i++) {
             if (slot[i] < 0) continue;

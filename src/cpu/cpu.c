@@ -460,12 +460,10 @@ static fdec_status cpu_decode_batch(void *impl, const fdec_batch_problem *bp, co
 static fdec_status cpu_kv_write(void *impl, const fdec_problem *p, const fdec_kv_slots *s, const void *k_src,
                                 const void *v_src, void *k, void *v) {
     (void)impl;
-    const uint32_t ps = p->kv.page_size;
     for (uint32_t i = 0; i < s->num_tokens; i++) {
         if (s->slots[i] < 0) continue;
         const uint64_t slot = (uint64_t)s->slots[i];
-        const size_t at = ps ? (size_t)(slot / ps) * p->kv.page_stride + (size_t)(slot % ps) * p->kv.ps
-                             : (size_t)slot * p->kv.ps;
+        const size_t at = fdec_kv_slot(&p->kv, slot);
         float row[FDEC_MAX_HEAD_DIM];
         for (uint32_t g = 0; g < p->G; g++) /* a head's row at once: a block type quantises whole blocks */
             for (int which = 0; which < 2; which++) {
@@ -498,8 +496,8 @@ static void cpu_destroy(void *impl) {
     free(c);
 }
 
-static const fdec_backend_ops cpu_ops = {cpu_destroy, cpu_reserve, cpu_decode,       cpu_plan,
-                                         NULL,        cpu_merge,   cpu_decode_batch, cpu_kv_write};
+static const fdec_backend_ops cpu_ops = {cpu_destroy, cpu_reserve,      cpu_decode, cpu_plan,    NULL,
+                                         cpu_merge,   cpu_decode_batch, NULL,       cpu_kv_write};
 
 fdec_status fdec_cpu_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops) {
     fdec_cpu_path path = FDEC_CPU_SCALAR;

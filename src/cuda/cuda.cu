@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch.cuh"
 #include "mma.cuh"
 #include "simt.cuh"
 extern "C" {
@@ -447,8 +448,152 @@ static fdec_status cuda_merge(void *impl, uint32_t n, uint32_t H, uint32_t D, fd
     return FDEC_OK;
 }
 
-static const fdec_backend_ops cuda_ops = {cuda_destroy, cuda_reserve, cuda_decode, cuda_plan, cuda_check_ptr,
-                                          cuda_merge,   NULL,         NULL};
+/* ---- batches (batch.cuh) ---- */
+
+typedef void (*batch_fn)(const fdec_batch_params);
+
+/* The batch kernel's instance: head tiles of 4 rows with 16-byte loads on the fast shapes, 2 rows on the generic. */
+template <typename KT>
+static batch_fn pick_batch(uint32_t D, int fast) {
+    if (fast) switch (D) {
+        case 64: return fdec_batch_kernel<KT, 64, 4>;
+        case 128: return fdec_batch_kernel<KT, 128, 4>;
+        case 256: return fdec_batch_kernel<KT, 256, 4>;
+        case 512: return fdec_batch_kernel<KT, 512, 4>;
+        }
+    return fdec_batch_kernel<KT, 0, 2>;
+}
+
+typedef struct {
+    batch_fn fn;
+    int rt;
+    uint32_t tiles, rows; /* head tiles a KV head; rows the scratch holds (num_seqs x max_q_len) */
+    size_t smem;
+    fdec_split split;     /* of the longest attended range the batch's bounds allow */
+} batch_plan;
+
+/* A batch's plan: the kernel by the shape and alignment (kaddr, vaddr: the caches; 0 for a reserve), the split of
+ * the batch's largest problem (bp->p: max_seq_len positions, max_q_len tokens) for FDEC_CUDA_BLOCKS_PER_SM blocks an
+ * SM as if it were alone. Nothing depends on num_seqs but the rows, so a sequence's chunks, and bits, are its own. */
+static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *bp, uint64_t kaddr, uint64_t vaddr) {
+    const fdec_problem *p = &bp->p;
+    const fdec_batch *b = bp->b;
+    const size_t es = fdec_dtype_size(p->kvt);
+    const size_t seq = b->page_size ? p->kv.page_stride : p->kv.ss;
+    const int fast = (p->D == 64 || p->D == 128 || p->D == 256 || p->D == 512) && (p->kv.ps * es) % 16 == 0 &&
+                     (p->kv.hs * es) % 16 == 0 && (seq * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
+    batch_plan bl;
+    switch (p->kvt) {
+    case FDEC_F16: bl.fn = pick_batch<__half>(p->D, fast); break;
+    case FDEC_BF16: bl.fn = pick_batch<__nv_bfloat16>(p->D, fast); break;
+    default: bl.fn = pick_batch<float>(p->D, fast); break;
+    }
+    bl.rt = fast ? 4 : 2;
+    bl.tiles = (p->nq * p->R + bl.rt - 1) / bl.rt;
+    bl.rows = b->num_seqs * p->nq;
+    const uint32_t per_chunk = p->G * bl.tiles;
+    const uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk - 1) / per_chunk;
+    bl.split = fdec_make_split(p, lanes, c->min_chunk, MAX_CHUNKS);
+    bl.smem = fdec_batch_smem(bl.rt, p->D);
+    return bl;
+}
+
+/* Scratch of a batch: every (row, head)'s chunk states, then num_seqs + 1 sequence records (batch.cuh). */
+static size_t batch_floats(const fdec_batch_problem *bp, const batch_plan *bl) {
+    return (size_t)bl->rows * bp->p.H * bl->split.num_chunks * (2 + (size_t)bp->p.D) +
+           (bp->b->num_seqs + 1) * (sizeof(fdec_batch_seq_info) / sizeof(float));
+}
+
+static fdec_status cuda_reserve_batch(void *impl, const fdec_batch_problem *bp) {
+    cuda_impl *c = (cuda_impl *)impl;
+    if (fdec_status st0 = check_kv_type(&bp->p)) return st0;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
+    const batch_plan bl = make_batch_plan(c, bp, 0, 0);
+    return ensure_scratch(c, batch_floats(bp, &bl));
+}
+
+static fdec_status cuda_decode_batch(void *impl, const fdec_batch_problem *bp, const void *q, const void *k,
+                                     const void *v, void *out, float *lse) {
+    cuda_impl *c = (cuda_impl *)impl;
+    const fdec_problem *p = &bp->p;
+    const fdec_batch *b = bp->b;
+    if (fdec_status st0 = check_kv_type(p)) return st0;
+    if (b->num_seqs > 65535)
+        return fdec_set_error(FDEC_EINVAL, "batch->num_seqs (%u) must be at most 65535 on the CUDA backend",
+                              b->num_seqs);
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
+    const batch_plan bl = make_batch_plan(c, bp, (uint64_t)(uintptr_t)k, (uint64_t)(uintptr_t)v);
+    fdec_status st = ensure_scratch(c, batch_floats(bp, &bl));
+    if (st || (st = configure(c, (const void *)bl.fn, bl.smem))) return st;
+    const uint32_t nc = bl.split.num_chunks;
+    const size_t states = (size_t)bl.rows * p->H * nc;
+    fdec_batch_params prm;
+    memset(&prm, 0, sizeof prm);
+    prm.q = q, prm.k = k, prm.v = v, prm.out = out, prm.lse = lse;
+    prm.seq_lens = b->seq_lens, prm.q_lens = b->q_lens;
+    prm.kv = p->kv;
+    prm.kv.pages = b->page_size ? b->page_table : NULL;
+    prm.kv.ss = b->page_size || b->num_seqs == 1 ? 0 : b->kv_seq_stride;
+    prm.max_pages = b->max_pages, prm.num_pages = b->num_pages;
+    prm.part_o = c->scratch;
+    prm.part_m = prm.part_o + states * p->D;
+    prm.part_l = prm.part_m + states;
+    prm.info = reinterpret_cast<fdec_batch_seq_info *>(prm.part_l + states);
+    prm.B = b->num_seqs, prm.max_seq_len = b->max_seq_len, prm.max_q_len = p->nq;
+    prm.D = p->D, prm.H = p->H, prm.G = p->G, prm.R = p->R, prm.window = p->window;
+    prm.nc = nc, prm.chunk_len = bl.split.chunk_len, prm.tiles = bl.tiles;
+    prm.scale_log2 = p->logits.scale * 1.4426950408889634f;
+    prm.qt = (int)p->qt, prm.ot = (int)p->ot;
+    prm.logits = p->logits;
+    /* three programmatic dependent launches on sm_90, as cuda_decode's: the check, the decode, the merge */
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.stream = c->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = c->cc_major >= 9 ? 1 : 0;
+    cfg.gridDim = dim3(b->num_seqs, 1, 1);
+    cfg.blockDim = dim3(FDEC_BATCH_CHECK_THREADS, 1, 1);
+    if ((e = cudaLaunchKernelEx(&cfg, fdec_batch_check, prm)) != cudaSuccess) return cuda_err(e, "the check launch");
+    cfg.gridDim = dim3(bl.tiles * p->G, nc, b->num_seqs);
+    cfg.blockDim = dim3(FDEC_CUDA_WARPS * 32, 1, 1);
+    cfg.dynamicSmemBytes = bl.smem;
+    if ((e = cudaLaunchKernelEx(&cfg, bl.fn, prm)) != cudaSuccess) return cuda_err(e, "the batch kernel launch");
+    cfg.gridDim = dim3((unsigned)((size_t)bl.rows * p->H), 1, 1);
+    cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
+    if ((e = cudaLaunchKernelEx(&cfg, fdec_batch_merge, prm)) != cudaSuccess)
+        return cuda_err(e, "the batch merge launch");
+    return FDEC_OK;
+}
+
+/* fdec_kv_write: a block per (token, KV head), the slots checked on the device (batch.cuh). */
+static fdec_status cuda_kv_write(void *impl, const fdec_problem *p, const fdec_kv_slots *s, const void *k_src,
+                                 const void *v_src, void *k, void *v) {
+    cuda_impl *c = (cuda_impl *)impl;
+    if (fdec_status st0 = check_kv_type(p)) return st0;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
+    fdec_kv_write_params prm;
+    memset(&prm, 0, sizeof prm);
+    prm.ks = k_src, prm.vs = v_src, prm.k = k, prm.v = v;
+    prm.slots = s->slots, prm.num_slots = s->num_slots;
+    prm.kv = p->kv;
+    prm.n = s->num_tokens, prm.G = p->G, prm.D = p->D;
+    prm.st = (int)s->src_dtype, prm.ct = (int)p->kvt;
+    if (p->G > 65535) return fdec_set_error(FDEC_EINVAL, "num_kv_heads (%u) must be at most 65535 here", p->G);
+    fdec_kv_write_kernel<<<dim3(s->num_tokens, p->G, 1), 128, 0, c->stream>>>(prm);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_err(e, "the kv_write launch");
+    return FDEC_OK;
+}
+
+static const fdec_backend_ops cuda_ops = {cuda_destroy, cuda_reserve,      cuda_decode,        cuda_plan,
+                                          cuda_check_ptr, cuda_merge,      cuda_decode_batch,  cuda_reserve_batch,
+                                          cuda_kv_write};
 
 extern "C" fdec_status fdec_cuda_create(const fdec_options *o, const fdec_test_options *t, void **impl,
                                         const fdec_backend_ops **ops) {

@@ -220,7 +220,10 @@ FDEC_API fdec_status fdec_plan(fdec_context *ctx, const fdec_layer *layer, uint3
  * sequence's output bits do not depend on the other sequences of the batch, nor on num_seqs.
  *
  * On the CPU every pointer is a host pointer and every value (lengths, page ids) is checked before anything is
- * written. The CUDA backend does not serve batches in this release (FDEC_EUNSUPPORTED). */
+ * written. On CUDA seq_lens, q_lens and page_table are device arrays read by the kernels, so the lengths and pages may
+ * change between replays of a captured graph (reserve with fdec_context_reserve_batch for the largest batch first);
+ * a sequence whose length, token count or attended page id is bad gets NaN rows and none of its cache is read (a bad
+ * token count takes min(q_len, max_q_len) rows). */
 #define FDEC_MAX_Q_LEN 16
 
 typedef struct {
@@ -263,7 +266,8 @@ typedef struct {
  * bf16), into the caches k and v (the layer's kv_dtype and strides) at the slots, converting the type: round to
  * nearest even (fp8 saturating at its largest finite value), Q8_0 and Q4_0 quantised block by block as ggml's
  * reference quantiser does. The layer's fp8 scales are not applied (k_src is written as it is). On the CPU every slot
- * is checked before anything is written; the CUDA backend does not serve it in this release. */
+ * is checked before anything is written. On CUDA (f32, f16 and bf16 caches) the slots are a device array read by the
+ * kernel: a token whose slot is outside the cache writes nothing. */
 FDEC_API fdec_status fdec_kv_write(fdec_context *ctx, const fdec_layer *layer, const fdec_kv_slots *slots,
                                    const void *k_src, const void *v_src, void *k, void *v);
 

@@ -1,9 +1,10 @@
-/* batch_bench.c — `flashdec bench --batch B` on the CPU: one step of B sequences of lengths uniform in [lo, hi] with
+/* batch_bench.c — `flashdec bench --batch B` on the CPU or CUDA: one step of B sequences of lengths uniform in [lo, hi] with
  * q_len query tokens each, from contiguous caches (page size 0) or a paged pool (pages dealt in a shuffled order, as
  * an engine's allocator leaves them), each page size of the list timed side by side on the same batch. */
 #include "batch_bench.h"
 
 #include "bench_util.h"
+#include "devmem.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -75,6 +76,56 @@ static int layout_make(layout *l, const fdec_layer *L, const uint32_t *lens, con
     return 0;
 }
 
+/* CUDA: the layout's arrays in device memory, K/V copied to rotate past the L2, timed as CUDA-graph replays of one
+ * step after another. Returns the seconds of a step (negative on a failure) and the first step's out in hout. */
+typedef struct {
+    fdec_context *ctx;
+    const fdec_layer *L;
+    fdec_batch b;
+    const void *q;
+    void **ks, **vs;
+    void *out;
+    int ncopy;
+    fdec_status st;
+} cuda_step;
+
+static void cuda_step_fn(void *x, int i) {
+    cuda_step *c = x;
+    const fdec_status st = fdec_decode_batch(c->ctx, c->L, &c->b, c->q, c->ks[i % c->ncopy], c->vs[i % c->ncopy],
+                                             c->out, NULL);
+    if (st) c->st = st;
+}
+
+static double cuda_time(fdec_context *ctx, void *stream, const fdec_layer *L, const layout *lay, const void *q,
+                        size_t qb, size_t ob, size_t rotate, int reps, void *hout) {
+    const fdec_batch *hb = &lay->b;
+    const size_t B = hb->num_seqs, tb = hb->page_size ? B * hb->max_pages * sizeof(int32_t) : 0;
+    int ncopy = (int)((rotate + 2 * lay->bytes - 1) / (2 * lay->bytes));
+    ncopy = ncopy < 1 ? 1 : ncopy > 64 ? 64 : ncopy;
+    void **ks = calloc((size_t)ncopy, sizeof *ks), **vs = calloc((size_t)ncopy, sizeof *vs);
+    void *dq = fd_dev_alloc(qb), *dout = fd_dev_alloc(ob), *dl = fd_dev_alloc(B * 4), *dql = fd_dev_alloc(B * 4);
+    void *dt = tb ? fd_dev_alloc(tb) : NULL;
+    int ok = ks && vs && dq && dout && dl && dql && (dt || !tb) && !fd_h2d(dq, q, qb) &&
+             !fd_h2d(dl, hb->seq_lens, B * 4) && !fd_h2d(dql, hb->q_lens, B * 4) && (!tb || !fd_h2d(dt, hb->page_table, tb));
+    for (int c = 0; ok && c < ncopy; c++) {
+        ks[c] = fd_dev_alloc(lay->bytes), vs[c] = fd_dev_alloc(lay->bytes);
+        ok = ks[c] && vs[c] && !fd_h2d(ks[c], lay->k, lay->bytes) && !fd_h2d(vs[c], lay->v, lay->bytes);
+    }
+    cuda_step cs = {ctx, L, *hb, dq, ks, vs, dout, ncopy, FDEC_OK};
+    cs.b.seq_lens = dl, cs.b.q_lens = dql, cs.b.page_table = dt;
+    double sec = -1;
+    if (ok && !fdec_context_reserve_batch(ctx, L, &cs.b)) {
+        cuda_step_fn(&cs, 0);
+        if (!cs.st && !fd_dev_sync() && !fd_d2h(hout, dout, ob))
+            sec = fd_dev_time_graph(stream, cuda_step_fn, &cs, ncopy < 4 ? 4 : ncopy, reps < 5 ? 5 : reps * 2);
+    }
+    if (cs.st || !ok) fprintf(stderr, "flashdec: %s\n", cs.st ? fdec_last_error() : "device allocation or copy failed");
+    for (int c = 0; c < ncopy && ks && vs; c++) fd_dev_free(ks[c]), fd_dev_free(vs[c]);
+    free(ks), free(vs);
+    fd_dev_free(dq), fd_dev_free(dout), fd_dev_free(dl), fd_dev_free(dql), fd_dev_free(dt);
+    return cs.st ? -1 : sec;
+}
+
 int fd_batch_bench(const fd_batch_args *a) {
     const fdec_layer *L = &a->layer;
     fd_rng r = {0xba7c4 + a->batch};
@@ -101,16 +152,20 @@ int fd_batch_bench(const fd_batch_args *a) {
         kv_bytes += 2.0 * (double)(lens[i] - fdec_token_lo(&s, 0)) * L->num_kv_heads * D * fdec_dtype_size(L->kv_dtype);
     }
     int rc = 0;
-    for (int t = 0; t < a->nthreads; t++) {
+    const size_t qb = rows * H * D * fdec_dtype_size(L->q_dtype), ob = rows * H * D * fdec_dtype_size(L->out_dtype);
+    for (int t = 0; t < (a->cuda ? 1 : a->nthreads); t++) {
         fdec_options o = fdec_default_options();
-        o.threads = a->threads[t];
+        o.threads = a->cuda ? 0 : a->threads[t];
+        void *stream = a->cuda ? fd_dev_stream_create() : NULL;
+        o.cuda_stream = stream;
         fdec_context *ctx;
-        if (fdec_context_create(FDEC_BACKEND_CPU, &o, &ctx)) {
+        if (fdec_context_create(a->cuda ? FDEC_BACKEND_CUDA : FDEC_BACKEND_CPU, &o, &ctx)) {
             fprintf(stderr, "flashdec: %s\n", fdec_last_error());
+            fd_dev_stream_destroy(stream);
             rc = 1;
             break;
         }
-        const double bw = fd_read_bandwidth(a->bw_bytes, a->threads[t]);
+        const double bw = a->cuda ? a->cuda_bw : fd_read_bandwidth(a->bw_bytes, a->threads[t]);
         int first = 1;
         for (int pi = 0; pi < a->npages; pi++) {
             layout lay;
@@ -120,8 +175,15 @@ int fd_batch_bench(const fd_batch_args *a) {
                 rc = 1;
                 continue;
             }
-            fdec_context_reserve_batch(ctx, L, &lay.b);
-            fdec_status st = fdec_decode_batch(ctx, L, &lay.b, q, lay.k, lay.v, out, NULL);
+            double sec = 0;
+            fdec_status st = FDEC_OK;
+            if (a->cuda) {
+                sec = cuda_time(ctx, stream, L, &lay, q, qb, ob, a->rotate_bytes, a->reps, out);
+                if (sec <= 0) st = FDEC_EBACKEND;
+            } else {
+                fdec_context_reserve_batch(ctx, L, &lay.b);
+                st = fdec_decode_batch(ctx, L, &lay.b, q, lay.k, lay.v, out, NULL);
+            }
             if (st) {
                 fprintf(stderr, "flashdec: %s\n", fdec_last_error());
                 layout_free(&lay);
@@ -139,6 +201,15 @@ int fd_batch_bench(const fd_batch_args *a) {
             }
             first = 0;
             const int same = diff <= 1e-2;
+            if (a->cuda) {
+                printf("%-20s %5u %5u-%-5u %5u %5u %4s %10.1f %8.1f %9.0f %7.1f%% %9.2g%s\n", a->name, a->batch,
+                       a->len_lo, a->len_hi, a->q_len, a->pages[pi], "gpu", sec * 1e6, kv_bytes / sec / 1e9, bw,
+                       100.0 * kv_bytes / sec / 1e9 / bw, diff, same ? "" : "  DIFFERS from the first layout");
+                if (!same) rc = 1;
+                fflush(stdout);
+                layout_free(&lay);
+                continue;
+            }
             /* calls over a cache copied to reach past the L3: one pool and its copies rotate */
             const int reps = a->reps < 1 ? 1 : a->reps;
             int ncopy = (int)((a->rotate_bytes + 2 * lay.bytes - 1) / (2 * lay.bytes));
@@ -162,7 +233,7 @@ int fd_batch_bench(const fd_batch_args *a) {
                 fdec_decode_batch(ctx, L, &lay.b, q, ks[c % ncopy], vs[c % ncopy], out, NULL);
                 tm[c] = fd_now() - t0;
             }
-            const double sec = fd_median(tm, calls);
+            sec = fd_median(tm, calls);
             printf("%-20s %5u %5u-%-5u %5u %5u %4u %10.1f %8.2f %9.1f %7.1f%% %9.2g%s\n", a->name, a->batch, a->len_lo,
                    a->len_hi, a->q_len, a->pages[pi], a->threads[t], sec * 1e6, kv_bytes / sec / 1e9, bw,
                    100.0 * kv_bytes / sec / 1e9 / bw, diff, same ? "" : "  DIFFERS from the first layout");
@@ -173,6 +244,7 @@ int fd_batch_bench(const fd_batch_args *a) {
             layout_free(&lay);
         }
         fdec_context_destroy(ctx);
+        fd_dev_stream_destroy(stream);
     }
     free(lens), free(ql), free(q), free(out), free(first_out);
     return rc;

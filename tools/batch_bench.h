@@ -13,9 +13,11 @@ typedef struct {
     const uint32_t *threads;
     int nthreads, reps;
     size_t rotate_bytes, bw_bytes;
+    int cuda;                 /* on the CUDA backend: device copies, CUDA-graph replays, ceiling cuda_bw */
+    double cuda_bw;           /* GB/s */
 } fd_batch_args;
 
-/* Prints one line per (threads, page size): time per step, GB/s of K/V read, the read ceiling and its share. Every
+/* Prints one line per (threads, page size) (on CUDA, one per page size): time per step, GB/s of K/V read, the read ceiling and its share. Every
  * layout's output is compared with the first's (the same batch: the same bytes). 0, or 1 on a failure. */
 int fd_batch_bench(const fd_batch_args *a);
 void fd_batch_bench_header(void);

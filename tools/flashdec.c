@@ -411,7 +411,7 @@ static const char *bench_help =
     "  --alibi               ALiBi biases with the standard slopes 2^(-8 (h + 1) / H)\n"
     "  --variants LIST       time each case once per entry, side by side: plain, softcap, sinks, alibi, all\n"
     "                        (softcap: --softcap's cap, 30 without it)\n"
-    "  --batch B             one step of B sequences (fdec_decode_batch, CPU) instead of single calls: with\n"
+    "  --batch B             one step of B sequences (fdec_decode_batch) instead of single calls: with\n"
     "  --lens MIN-MAX        sequence lengths uniform in [MIN, MAX] (default 512-8192)\n"
     "  --page-size LIST      0 (contiguous caches) and page sizes, timed side by side (default 0,16)\n"
     "  --q-len N             query tokens a sequence, 1..16 (default 1)\n"
@@ -587,11 +587,16 @@ static int cmd_bench(int argc, char **argv, int demo) {
         return rc;
     }
     if (batch) { /* one step of a batch of sequences, per preset and page size (batch_bench.c) */
-        if (bo.backend != FDEC_BACKEND_CPU)
-            return usage_error(cmd, "%s", "--batch runs on the CPU backend (fdec_decode_batch is not on CUDA yet)");
         if (nvar > 1) return usage_error(cmd, "%s", "--batch takes one set of logit variants, not --variants");
-        printf("flashdec %s: batch of %u sequences, lengths %u-%u, %u query token(s) each, K/V %s; CPU backend\n", cmd,
-               batch, lens[0], lens[1], qlen, fdec_dtype_name(bo.kvt));
+        const int cuda = bo.backend == FDEC_BACKEND_CUDA;
+        if (cuda && !fd_dev_available()) {
+            fprintf(stderr, "flashdec %s: no CUDA device (or no CUDA in this build)\n", cmd);
+            return 1;
+        }
+        const double cuda_bw = cuda ? fd_dev_copy_bandwidth((size_t)2 << 30) / 2 : 0; /* read + write: half reads */
+        printf("flashdec %s: batch of %u sequences, lengths %u-%u, %u query token(s) each, K/V %s; %s backend%s\n", cmd,
+               batch, lens[0], lens[1], qlen, fdec_dtype_name(bo.kvt), cuda ? "CUDA" : "CPU",
+               cuda ? " (ceiling: half the device-to-device copy rate; CUDA-graph replays)" : "");
         fd_batch_bench_header();
         int rc = 0;
         for (int i = 0; i < nsel; i++) {
@@ -608,9 +613,17 @@ static int cmd_bench(int argc, char **argv, int demo) {
             ba.layer.alibi_slopes = vars[0].alibi ? arr + sel[i]->H : NULL;
             ba.batch = batch, ba.len_lo = lens[0], ba.len_hi = lens[1], ba.q_len = qlen;
             ba.pages = page_sizes, ba.npages = npage, ba.threads = thr, ba.nthreads = nthr, ba.reps = bo.reps;
-            ba.rotate_bytes = bo.rotate_bytes, ba.bw_bytes = BW_BYTES;
+            ba.rotate_bytes = cuda ? (size_t)1 << 30 : bo.rotate_bytes, ba.bw_bytes = BW_BYTES;
+            ba.cuda = cuda, ba.cuda_bw = cuda_bw;
+            float *darr = NULL; /* the per-head arrays where the CUDA backend reads them */
+            if (cuda && (ba.layer.sinks || ba.layer.alibi_slopes)) {
+                darr = fd_dev_alloc(2 * sizeof(float) * sel[i]->H);
+                if (!darr || fd_h2d(darr, arr, 2 * sizeof(float) * sel[i]->H)) return 1;
+                ba.layer.sinks = ba.layer.sinks ? darr : NULL;
+                ba.layer.alibi_slopes = ba.layer.alibi_slopes ? darr + sel[i]->H : NULL;
+            }
             rc |= fd_batch_bench(&ba);
-            free(arr);
+            free(arr), fd_dev_free(darr);
         }
         return rc;
     }

@@ -479,7 +479,7 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
     const fdec_problem *p = &bp->p;
     const fdec_batch *b = bp->b;
     const size_t es = fdec_dtype_size(p->kvt);
-    const size_t seq = b->page_size ? p->kv.page_stride : p->kv.ss;
+    const size_t seq = b->page_size ? p->kv.page_stride : b->kv_seq_stride;
     const int fast = (p->D == 64 || p->D == 128 || p->D == 256 || p->D == 512) && (p->kv.ps * es) % 16 == 0 &&
                      (p->kv.hs * es) % 16 == 0 && (seq * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
     batch_plan bl;

@@ -384,7 +384,8 @@ bench: all
 
 # llama.cpp's CPU flash attention (ggml_flash_attn_ext over a unified cache with a mask) against fdec_decode_batch on
 # the same batches, in one process (bench/llamacpp_peer.c): ggml built from llama-cpp-python's source (PyPI), the
-# issue's cases, the table in build/bench-peer-cpu.txt. Needs cmake and a C++ compiler (installed if missing).
+# issue's cases, then one sequence of 32k over f16, q8_0 and q4_0 caches (ggml's blocks, read in place by both), the
+# table in build/bench-peer-cpu.txt. Needs cmake and a C++ compiler (installed if missing).
 PEER := $(BUILD)/peer
 LLAMA_CPP_PY := 0.3.36
 $(PEER)/.ggml-built:
@@ -408,6 +409,12 @@ bench-peer-cpu: $(PEER)/llamacpp_peer
 	  for b in 1 4 16; do \
 	    ./$(PEER)/llamacpp_peer --name $${s%%:*} --shape $${s##*:} --batch $$b --lens 512-8192 --threads 2 --reps 7 \
 	      | tee -a $(BUILD)/bench-peer-cpu.txt; \
+	  done; done
+	@echo "quantised caches: one sequence of 32768 positions, the same ggml blocks in both" | tee -a $(BUILD)/bench-peer-cpu.txt
+	@for s in llama3-8b:128,32,8 lfm2:64,32,8 gemma4-sliding-full:256,16,8 gemma4-full:512,16,2; do \
+	  for kv in f16 q8_0 q4_0; do \
+	    ./$(PEER)/llamacpp_peer --name "$${s%%:*} $$kv" --shape $${s##*:} --batch 1 --lens 32768-32768 --kv $$kv \
+	      --threads 2 --reps 7 | tee -a $(BUILD)/bench-peer-cpu.txt; \
 	  done; done
 
 install: all

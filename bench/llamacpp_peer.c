@@ -1,12 +1,14 @@
 /* llamacpp_peer.c — flashdec's batch decode against llama.cpp's CPU ggml_flash_attn_ext on the same batch, in one
  * process, the two alternated call by call (make bench-peer-cpu builds ggml from llama-cpp-python's source).
  *
- * llama.cpp's way: one unified cache of every sequence's cells ([cell][kv_head][dim], f16), q [head_dim, tokens,
- * heads], and a mask [cells, tokens] that is 0 on the cells each token attends and -inf elsewhere. flashdec's way: the
- * same rows as one contiguous cache a sequence, or as pages of 16 cells (fdec_decode_batch). Prints the medians, the
- * ratio and the largest difference between the two results.
+ * llama.cpp's way: one unified cache of every sequence's cells ([cell][kv_head][dim]: f16, or ggml's q8_0 / q4_0
+ * blocks with --kv), q [head_dim, tokens, heads], and a mask [cells, tokens] that is 0 on the cells each token
+ * attends and -inf elsewhere. flashdec's way: the same bytes (flashdec reads ggml's blocks as they are) as one
+ * contiguous cache a sequence, or as pages of 16 cells (fdec_decode_batch). Prints the medians, the ratio and the
+ * largest difference between the two results.
  *
- *   llamacpp_peer --shape D,H,G --batch B --lens MIN-MAX [--q-len N] [--threads T] [--reps R] [--name NAME] */
+ *   llamacpp_peer --shape D,H,G --batch B --lens MIN-MAX [--q-len N] [--threads T] [--reps R] [--kv f16|q8_0|q4_0]
+ *                 [--name NAME] */
 #include "../tools/bench_util.h"
 
 #include "ggml-cpu.h"
@@ -21,7 +23,7 @@ static double median_of(double *x, int n) { return fd_median(x, n); }
 
 int main(int argc, char **argv) {
     uint32_t D = 128, H = 32, G = 8, B = 4, lo = 512, hi = 8192, ql = 1, threads = 2, reps = 7, P = 16;
-    const char *name = "llama3-8b";
+    const char *name = "llama3-8b", *kv = "f16";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--shape")) sscanf(argv[i + 1], "%u,%u,%u", &D, &H, &G);
         else if (!strcmp(argv[i], "--batch")) B = (uint32_t)atoi(argv[i + 1]);
@@ -31,6 +33,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps")) reps = (uint32_t)atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--page-size")) P = (uint32_t)atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--name")) name = argv[i + 1];
+        else if (!strcmp(argv[i], "--kv")) kv = argv[i + 1];
         else return fprintf(stderr, "llamacpp_peer: unknown option %s\n", argv[i]), 2;
     }
     /* the batch: lengths as `flashdec bench --batch` draws them */
@@ -45,15 +48,19 @@ int main(int argc, char **argv) {
     }
     const float scale = 1.0f / sqrtf((float)D);
     const size_t row = (size_t)G * D;
+    const enum ggml_type gt = !strcmp(kv, "q8_0") ? GGML_TYPE_Q8_0 : !strcmp(kv, "q4_0") ? GGML_TYPE_Q4_0 : GGML_TYPE_F16;
+    const fdec_dtype ft = gt == GGML_TYPE_Q8_0 ? FDEC_Q8_0 : gt == GGML_TYPE_Q4_0 ? FDEC_Q4_0 : FDEC_F16;
+    if (gt == GGML_TYPE_F16 && strcmp(kv, "f16")) return fprintf(stderr, "llamacpp_peer: --kv f16, q8_0 or q4_0\n"), 2;
+    const size_t rowb = ggml_row_size(gt, (int64_t)row); /* bytes of a cell's K (or V): G heads of D elements */
 
     /* ggml: the unified cache, q, the mask and the graph */
     ggml_cpu_init();
-    const size_t mem = (size_t)cells * row * 2 * 2 + (size_t)rows * H * D * 4 * 2 + (size_t)cells * rows * 2 +
+    const size_t mem = (size_t)cells * rowb * 2 + (size_t)rows * H * D * 4 * 2 + (size_t)cells * rows * 2 +
                        ((size_t)64 << 20);
     struct ggml_init_params ip = {mem, NULL, false};
     struct ggml_context *gc = ggml_init(ip);
-    struct ggml_tensor *kc = ggml_new_tensor_3d(gc, GGML_TYPE_F16, D, G, cells); /* [cell][kv_head][dim] */
-    struct ggml_tensor *vc = ggml_new_tensor_3d(gc, GGML_TYPE_F16, D, G, cells);
+    struct ggml_tensor *kc = ggml_new_tensor_3d(gc, gt, D, G, cells); /* [cell][kv_head][dim] */
+    struct ggml_tensor *vc = ggml_new_tensor_3d(gc, gt, D, G, cells);
     struct ggml_tensor *q = ggml_new_tensor_4d(gc, GGML_TYPE_F32, D, rows, H, 1);
     struct ggml_tensor *mask = ggml_new_tensor_4d(gc, GGML_TYPE_F16, cells, rows, 1, 1);
     struct ggml_tensor *k = ggml_permute(gc, kc, 0, 2, 1, 3), *v = ggml_permute(gc, vc, 0, 2, 1, 3); /* [D, cells, G] */
@@ -66,10 +73,16 @@ int main(int argc, char **argv) {
 
     /* the same values in both: K/V rows of sequence i at its cells; q rows token-major in flashdec, [D, row, H] in
      * ggml */
-    uint16_t *kd = kc->data, *vd = vc->data;
-    for (size_t x = 0; x < (size_t)cells * row; x++) {
-        kd[x] = fdec_f32_to_f16((float)(2 * fd_uniform(&r) - 1));
-        vd[x] = fdec_f32_to_f16((float)(2 * fd_uniform(&r) - 1));
+    unsigned char *kd = kc->data, *vd = vc->data;
+    {
+        float *kf = malloc((size_t)cells * row * sizeof(float)), *vf = malloc((size_t)cells * row * sizeof(float));
+        for (size_t x = 0; x < (size_t)cells * row; x++) {
+            kf[x] = (float)(2 * fd_uniform(&r) - 1);
+            vf[x] = (float)(2 * fd_uniform(&r) - 1);
+        }
+        ggml_quantize_chunk(gt, kf, kd, 0, (int64_t)cells * G, D, NULL); /* f16: a conversion */
+        ggml_quantize_chunk(gt, vf, vd, 0, (int64_t)cells * G, D, NULL);
+        free(kf), free(vf);
     }
     float *qf = malloc((size_t)rows * H * D * sizeof(float)); /* flashdec's [row][head][dim] */
     for (size_t x = 0; x < (size_t)rows * H * D; x++) qf[x] = (float)(2 * fd_uniform(&r) - 1);
@@ -93,11 +106,11 @@ int main(int argc, char **argv) {
     if (fdec_context_create(FDEC_BACKEND_CPU, &o, &ctx)) return fprintf(stderr, "%s\n", fdec_last_error()), 1;
     fdec_layer L;
     memset(&L, 0, sizeof L);
-    L.head_dim = D, L.num_q_heads = H, L.num_kv_heads = G, L.kv_dtype = FDEC_F16;
-    uint16_t *kfc = fd_alloc_kv((size_t)B * maxlen * row * 2), *vfc = fd_alloc_kv((size_t)B * maxlen * row * 2);
+    L.head_dim = D, L.num_q_heads = H, L.num_kv_heads = G, L.kv_dtype = ft;
+    unsigned char *kfc = fd_alloc_kv((size_t)B * maxlen * rowb), *vfc = fd_alloc_kv((size_t)B * maxlen * rowb);
     for (uint32_t i = 0; i < B; i++) {
-        memcpy(kfc + (size_t)i * maxlen * row, kd + (size_t)cell0[i] * row, (size_t)lens[i] * row * 2);
-        memcpy(vfc + (size_t)i * maxlen * row, vd + (size_t)cell0[i] * row, (size_t)lens[i] * row * 2);
+        memcpy(kfc + (size_t)i * maxlen * rowb, kd + (size_t)cell0[i] * rowb, (size_t)lens[i] * rowb);
+        memcpy(vfc + (size_t)i * maxlen * rowb, vd + (size_t)cell0[i] * rowb, (size_t)lens[i] * rowb);
     }
     fdec_batch bc;
     memset(&bc, 0, sizeof bc);
@@ -109,7 +122,7 @@ int main(int argc, char **argv) {
     int32_t *table = malloc((size_t)B * maxp * sizeof(int32_t));
     uint32_t *perm = malloc(npages * sizeof *perm);
     fd_shuffle(perm, npages, &r);
-    uint16_t *kp = fd_alloc_kv((size_t)npages * P * row * 2), *vp = fd_alloc_kv((size_t)npages * P * row * 2);
+    unsigned char *kp = fd_alloc_kv((size_t)npages * P * rowb), *vp = fd_alloc_kv((size_t)npages * P * rowb);
     uint32_t next = 0;
     for (uint32_t i = 0; i < B; i++)
         for (uint32_t pg = 0; pg < maxp; pg++) {
@@ -119,8 +132,8 @@ int main(int argc, char **argv) {
             }
             const uint32_t id = perm[next++], n = lens[i] - pg * P < P ? lens[i] - pg * P : P;
             table[(size_t)i * maxp + pg] = (int32_t)id;
-            memcpy(kp + (size_t)id * P * row, kd + ((size_t)cell0[i] + (size_t)pg * P) * row, (size_t)n * row * 2);
-            memcpy(vp + (size_t)id * P * row, vd + ((size_t)cell0[i] + (size_t)pg * P) * row, (size_t)n * row * 2);
+            memcpy(kp + (size_t)id * P * rowb, kd + ((size_t)cell0[i] + (size_t)pg * P) * rowb, (size_t)n * rowb);
+            memcpy(vp + (size_t)id * P * rowb, vd + ((size_t)cell0[i] + (size_t)pg * P) * rowb, (size_t)n * rowb);
         }
     fdec_batch bp = bc;
     bp.kv_seq_stride = 0, bp.page_size = P, bp.page_table = table, bp.max_pages = maxp, bp.num_pages = npages;
@@ -150,7 +163,7 @@ int main(int argc, char **argv) {
                 if (!(fabs(a - b) <= diff)) diff = fabs(a - b);
             }
     double bytes = 0;
-    for (uint32_t i = 0; i < B; i++) bytes += 2.0 * lens[i] * row * 2;
+    for (uint32_t i = 0; i < B; i++) bytes += 2.0 * lens[i] * rowb;
     const double g = median_of(tg, (int)reps), c = median_of(tc, (int)reps), p = median_of(tp, (int)reps);
     printf("%-20s %5u %5u-%-5u %5u %4u %12.1f %12.1f %12.1f %8.2fx %8.3f %9.2f %9.2g\n", name, B, lo, hi, ql, threads,
            g * 1e6, c * 1e6, p * 1e6, g / c, p / c, bytes / c / 1e9, diff);

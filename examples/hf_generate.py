@@ -3,6 +3,7 @@ new token printed, and with --profile the attention's share of a decode step (to
 
     python examples/hf_generate.py                                   # a small Llama on the CPU
     python examples/hf_generate.py --preset llama3-8b --layers 4 --context 4096 --device cuda --dtype bfloat16
+    python examples/hf_generate.py --preset llama3-8b --layers 2 --context 32768 --random-cache --profile
 
 Needs torch and transformers (pip install torch transformers). Nothing is downloaded: the weights are random, so the
 text means nothing, but the work of a decode step is the real model's.
@@ -48,11 +49,28 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def run(model, ids, args):
-    """Prefill (not timed), then the new tokens one by one: (tokens, seconds a new token)."""
-    with torch.no_grad():
+def start(model, ids, args):
+    """The cache and the first new token: a prefill of the prompt ids, or (--random-cache) random K/V rows of
+    args.context positions in every layer and the prompt's last token as the first input."""
+    if not args.random_cache:
         out = model(ids, use_cache=True, logits_to_keep=1)
-        cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        return out.past_key_values, out.logits[:, -1:].argmax(-1)
+    cfg = model.config
+    g = torch.Generator(args.device).manual_seed(2)
+    cache = transformers.DynamicCache(config=cfg)
+    G = cfg.num_key_value_heads
+    D = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    for layer in range(cfg.num_hidden_layers):
+        kv = [torch.randn(args.batch, G, args.context, D, generator=g, device=args.device, dtype=model.dtype)
+              for _ in range(2)]
+        cache.update(kv[0], kv[1], layer)
+    return cache, ids[:, -1:]
+
+
+def run(model, ids, args):
+    """The cache (not timed), then the new tokens one by one: (tokens, seconds a new token)."""
+    with torch.no_grad():
+        cache, nxt = start(model, ids, args)
         tokens = [nxt]
         sync(args.device)
         t0 = time.perf_counter()
@@ -65,8 +83,8 @@ def run(model, ids, args):
 
 
 def attention_share(model, name, ids, args):
-    """Profiles three decode steps; returns the attention calls' share of a step: host time on the CPU, kernel time
-    on CUDA."""
+    """Profiles three decode steps; returns the attention calls' share of a step (host time on the CPU, kernel time
+    on CUDA) and their milliseconds a step."""
     from torch.profiler import ProfilerActivity, profile, record_function
     inner = transformers.AttentionInterface._global_mapping[name]
 
@@ -77,8 +95,7 @@ def attention_share(model, name, ids, args):
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
     try:
         with torch.no_grad():
-            out = model(ids, use_cache=True, logits_to_keep=1)
-            cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            cache, nxt = start(model, ids, args)
             with profile(activities=acts) as prof:
                 for _ in range(3):
                     with record_function("step"):
@@ -90,15 +107,20 @@ def attention_share(model, name, ids, args):
     ev = {e.key: e for e in prof.key_averages()}
     if args.device == "cuda":
         total = sum(e.self_device_time_total for e in prof.key_averages())
-        return ev["attention"].device_time_total / total
-    return ev["attention"].cpu_time_total / ev["step"].cpu_time_total
+        att = ev["attention"].device_time_total
+    else:
+        total, att = ev["step"].cpu_time_total, ev["attention"].cpu_time_total
+    return att / total, att / 3 / 1e3  # the share, and ms of attention a step (us in the profiler)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--context", type=int, default=512, help="prompt tokens before the timed decode steps")
+    ap.add_argument("--context", type=int, default=512, help="positions in the cache before the timed decode steps")
+    ap.add_argument("--random-cache", action="store_true",
+                    help="fill the cache with random K/V rows instead of a prefill of the prompt (long contexts on a "
+                         "CPU, where the prefill would take long)")
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--device", default="cpu")
@@ -129,7 +151,9 @@ def main():
         for name, model in ((args.reference, ref), ("flashdec", ours)):
             if name not in transformers.AttentionInterface._global_mapping:
                 continue  # eager is each model's own function
-            print(f"profile, {name}: attention {attention_share(model, name, ids, args):.0%} of a decode step's {what}")
+            share, ms = attention_share(model, name, ids, args)
+            print(f"profile, {name}: attention {ms:.3f} ms a step ({args.layers} layers), {share:.0%} of the step's "
+                  f"{what}")
 
 
 if __name__ == "__main__":

@@ -602,7 +602,8 @@ def _np():
 
 def _decode_batch_into(q, k, v, seq_lens, out, lse, *, q_lens=None, page_table=None, window=0, scale=None,
                        threads=None, softcap=None, sinks=None, alibi_slopes=None, max_seq_len=None, max_q_len=None):
-    """The checked batch call into out (and lse, or None)."""
+    """The checked batch call into out (and lse, or None); returns the layer and batch structs and the context it
+    used (their index arrays are the call's: flashdec.ops sets them anew for each call it makes with them)."""
     import numpy as np
     qa, ka, va = _Arr(q, "q"), _Arr(k, "k"), _Arr(v, "v")
     cuda = qa.cuda
@@ -680,7 +681,8 @@ def _decode_batch_into(q, k, v, seq_lens, out, lse, *, q_lens=None, page_table=N
     ctx = _context(cuda, qa.device, stream, threads)
     _check(_lib.fdec_decode_batch(ctx, _C.byref(lay), _C.byref(b), qa.ptr, ka.ptr, va.ptr, oa.ptr,
                                   la.ptr if la else None))
-    del keep, table, lens, ql
+    lay._keep = keep  # the per-head arrays live as long as the layer
+    return lay, b, ctx
 
 
 def kv_write(k_new, v_new, k_cache, v_cache, slots, *, page_size=None, threads=None):

@@ -12,6 +12,7 @@ soft-cap or fp8 scale of 0 means none (the C API's convention), max_seq_len / ma
 the CPU only: on CUDA the lengths stay on the device and the bounds must be given).
 """
 import ctypes as _C
+import threading as _threading
 
 import torch
 
@@ -37,7 +38,17 @@ def _none0(x):
 
 # ---- decode: a layer's set-up cached by everything but the data pointers and seq_len ----
 
-_plain = {}  # key -> (layer struct, context handle); only calls whose per-head arrays are the caller's own memory
+# A call's set-up (layer struct, batch struct, context) by everything but the data pointers and the lengths, per
+# thread as the contexts are; only for calls whose per-head arrays are the caller's own memory (read in place).
+_local = _threading.local()
+
+
+def _cache():
+    c = getattr(_local, "setups", None)
+    if c is None or len(c) > 256:
+        c = _local.setups = {}
+    return c
+
 
 
 def _direct(t, q):
@@ -56,7 +67,7 @@ def _decode_into(q, k, v, seq_len, window, ring_capacity, scale, softcap, sinks,
                softcap, k_scale, v_scale, kv_dtype, threads, ptrs[0] is not None and sinks.data_ptr(),
                ptrs[1] is not None and alibi_slopes.data_ptr(), ptrs[2] is not None and k_scales.data_ptr(),
                ptrs[3] is not None and v_scales.data_ptr())
-        hit = _plain.get(key)
+        hit = _cache().get(key)
         # what the key does not hold: seq_len against the rows, and lse
         if (hit is not None and 0 < seq_len <= _U32 and k.shape[0] >= (ring_capacity or seq_len) and
                 (lse is None or (lse.shape == q.shape[:1] and lse.dtype == torch.float32 and lse.is_contiguous()
@@ -71,9 +82,7 @@ def _decode_into(q, k, v, seq_len, window, ring_capacity, scale, softcap, sinks,
                                alibi_slopes=alibi_slopes, kv_dtype=kv_dtype, k_scale=_none0(k_scale),
                                v_scale=_none0(v_scale), k_scales=k_scales, v_scales=v_scales)
     if key is not None:
-        if len(_plain) > 256:
-            _plain.clear()
-        _plain[key] = (_C.byref(lay), ctx, lay)
+        _cache()[key] = (_C.byref(lay), ctx, lay)
 
 
 _U32 = 2 ** 32 - 1
@@ -113,11 +122,49 @@ def _decode_batch(q, k, v, seq_lens, q_lens=None, page_table=None, window=0, sca
     return out, lse
 
 
+def _index(t, dtypes):
+    """None, or a contiguous tensor of one of dtypes: what the library can read in place."""
+    return t is None or (t.dtype in dtypes and t.is_contiguous())
+
+
 def _decode_batch_into_op(q, k, v, seq_lens, q_lens=None, page_table=None, window=0, scale=0.0, softcap=0.0,
                           sinks=None, alibi_slopes=None, max_seq_len=0, max_q_len=0, threads=0, *, out, lse=None):
-    _f._decode_batch_into(q, k, v, seq_lens, out, lse, q_lens=q_lens, page_table=page_table, window=window,
-                          scale=_none0(scale), threads=_none0(threads), softcap=_none0(softcap), sinks=sinks,
-                          alibi_slopes=alibi_slopes, max_seq_len=_none0(max_seq_len), max_q_len=_none0(max_q_len))
+    key = None
+    lens_ok = (torch.int32, torch.uint32) if hasattr(torch, "uint32") else (torch.int32,)
+    if (max_seq_len and (q_lens is None or max_q_len) and _direct(sinks, q) and _direct(alibi_slopes, q) and
+            _index(seq_lens, lens_ok) and _index(q_lens, lens_ok) and _index(page_table, (torch.int32,))):
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), out.shape, out.stride(), q.dtype,
+               k.dtype, v.dtype, out.dtype, q.device, k.device, v.device, out.device, seq_lens.shape,
+               seq_lens.device, None if q_lens is None else (q_lens.shape, q_lens.device),
+               None if page_table is None else (page_table.shape, page_table.device),
+               torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None, window, scale, softcap,
+               sinks is not None and sinks.data_ptr(), alibi_slopes is not None and alibi_slopes.data_ptr(),
+               max_seq_len, max_q_len, threads)
+        hit = _cache().get(key)
+        # what the key does not hold: lse, and on the CPU that the token counts add up to q's rows (the library
+        # checks every length and page id there; on CUDA the kernels do)
+        if (hit is not None and (lse is None or (lse.shape == q.shape[:2] and lse.dtype == torch.float32 and
+                                                 lse.is_contiguous() and lse.device == q.device)) and
+                (q.is_cuda or q_lens is None or int(q_lens.sum()) == q.shape[0])):
+            lay, b, ctx = hit
+            b.seq_lens = seq_lens.data_ptr()
+            b.q_lens = None if q_lens is None else q_lens.data_ptr()
+            b.page_table = None if page_table is None else page_table.data_ptr()
+            status = _fdec_decode_batch(ctx, lay, _C.byref(b), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                        out.data_ptr(), None if lse is None else lse.data_ptr())
+            if status:
+                _f._check(status)
+            return
+    setup = _f._decode_batch_into(q, k, v, seq_lens, out, lse, q_lens=q_lens, page_table=page_table, window=window,
+                                  scale=_none0(scale), threads=_none0(threads), softcap=_none0(softcap), sinks=sinks,
+                                  alibi_slopes=alibi_slopes, max_seq_len=_none0(max_seq_len),
+                                  max_q_len=_none0(max_q_len))
+    if key is not None:
+        lay, b, ctx = setup
+        _cache()[key] = (_C.byref(lay), b, ctx)
+
+
+_fdec_decode_batch = _f._lib.fdec_decode_batch
 
 
 for _name, _fn in (("decode", _decode), ("decode_into", _decode_into_op), ("decode_batch", _decode_batch),

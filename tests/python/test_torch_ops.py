@@ -151,6 +151,30 @@ def test_decode_batch_op_bad_page():
         torch.ops.flashdec.decode_batch(q, kp, vp, lens, qls, table)
 
 
+def test_batch_fast_path_reads_each_call():
+    """A repeated batch shape takes the cached set-up: new lengths and page ids are read for each call, and bad ones
+    (or token counts that do not add up to q's rows) are still refused with nothing written."""
+    q, kp, vp, lens, qls, table, dense, lens_h, qls_h = random_batch(5)
+    kw = dict(max_seq_len=int(lens_h.max()), max_q_len=int(qls_h.max()))
+    first = torch.ops.flashdec.decode_batch(q, kp, vp, lens, qls, table, **kw)[0]
+    shorter = lens.clone()
+    shorter[0] = int(qls_h[0])  # the first sequence cut to its new tokens
+    out = torch.ops.flashdec.decode_batch(q, kp, vp, shorter, qls, table, **kw)[0]
+    ref = reference_tokens(np64(q[:qls_h[0]]), dense[0][0][:qls_h[0]], dense[0][1][:qls_h[0]], int(qls_h[0]))
+    assert np.abs(np64(out[:qls_h[0]]) - ref).max() < 2e-5 and torch.equal(out[qls_h[0]:], first[qls_h[0]:])
+    bad = table.clone()
+    bad[1, 0] = kp.shape[0] + 5
+    into = torch.full_like(out, 7.0)
+    with pytest.raises(ValueError, match="page"):
+        torch.ops.flashdec.decode_batch_into(q, kp, vp, lens, qls, bad, **kw, out=into)
+    assert (into == 7).all()
+    wrong = qls.clone()
+    wrong[0] = max(1, int(qls_h[0]) - 1) if qls_h[0] > 1 else 2
+    with pytest.raises(ValueError):
+        torch.ops.flashdec.decode_batch_into(q, kp, vp, lens, wrong, table, **kw, out=into)
+    assert (into == 7).all()
+
+
 def test_opcheck():
     """torch.library's own checks of the schemas, the fake kernels and the registrations."""
     q, k, v = layer(7, H=4, G=2, D=32, L=40)

@@ -8,7 +8,8 @@ Decode steps, 1 to 16 new tokens a sequence over the layer's KV cache under the 
 padding, sliding windows), go to flashdec, with the model's scaling, soft-cap (Gemma 2) and attention sinks
 (gpt-oss). Every other call goes to SDPA, or to a plain softmax in torch where SDPA has no such variant: a prompt of
 more than 16 tokens, a mask of another form, a position bias, training. The mask is read, not assumed: each sequence's
-first visible key comes from it, and the whole mask must be the one that start, causality and the window make.
+span of keys (left padding, a static cache's end) comes from it, and the whole mask must be the one that the spans,
+causality and the window make.
 """
 import torch
 from transformers import AttentionInterface
@@ -62,7 +63,17 @@ class _MaskMemo:
 
 
 _memo = _MaskMemo()
-_cuda_batch = {}  # device -> whether fdec_decode_batch runs there (the CUDA backend may not have it yet)
+
+
+def _sinks(module, s_aux):
+    """gpt-oss's sinks as the float32 array flashdec reads, converted once and again only when they change."""
+    if s_aux is None:
+        return None
+    held = getattr(module, "_flashdec_sinks", None)
+    if held is None or held[0] is not s_aux or held[1] != s_aux._version:
+        held = (s_aux, s_aux._version, s_aux.detach().float().contiguous())
+        module._flashdec_sinks = held
+    return held[2]
 
 
 def _torch_attention(query, key, value, mask, scaling, softcap, sinks):
@@ -95,28 +106,17 @@ def _decode_rows(q_rows, kb, vb, out, spans, q_len, window, kw):
     """flashdec for q_rows [B * q_len, H, D] over the caches kb, vb [B, kv_len, G, D] into out, sequence b's keys
     spans[b] = (start, end): one call for the sequences that share a span, one a sequence where they differ."""
     B = kb.shape[0]
-    dev = q_rows.device
-    if q_rows.is_cuda and not _cuda_batch.get(dev, True) or (B == 1 and q_len == 1):
-        # one decode a token: token i of a sequence sees its keys up to end - q_len + i
-        for b, (s, e) in enumerate(spans):
-            for i in range(q_len):
-                r = b * q_len + i
-                flashdec.decode(q_rows[r], kb[b, s:e], vb[b, s:e], seq_len=e - s - (q_len - 1 - i), window=window,
-                                out=out[r], **kw)
+    if B == 1 and q_len == 1:  # one token of one sequence: fdec_decode, the shorter call
+        (s, e), = spans
+        flashdec.decode(q_rows[0], kb[0, s:e], vb[0, s:e], seq_len=e - s, window=window, out=out[0], **kw)
         return
     groups = [(0, B)] if len(set(spans)) == 1 else [(b, b + 1) for b in range(B)]
     for b0, b1 in groups:
         (s, e), rows = spans[b0], slice(b0 * q_len, b1 * q_len)
-        lens = torch.full((b1 - b0,), e - s, dtype=torch.int32, device=dev)
-        qls = torch.full((b1 - b0,), q_len, dtype=torch.int32, device=dev)
-        try:
-            flashdec.decode_batch(q_rows[rows], kb[b0:b1, s:e], vb[b0:b1, s:e], lens, q_lens=qls, window=window,
-                                  max_seq_len=e - s, max_q_len=q_len, out=out[rows], **kw)
-        except flashdec.FlashdecError as err:
-            if not q_rows.is_cuda or "not available" not in str(err):
-                raise
-            _cuda_batch[dev] = False  # this build's CUDA backend has no batches: one call a token
-            return _decode_rows(q_rows, kb, vb, out, spans, q_len, window, kw)
+        lens = torch.full((b1 - b0,), e - s, dtype=torch.int32, device=q_rows.device)
+        qls = torch.full((b1 - b0,), q_len, dtype=torch.int32, device=q_rows.device)
+        flashdec.decode_batch(q_rows[rows], kb[b0:b1, s:e], vb[b0:b1, s:e], lens, q_lens=qls, window=window,
+                              max_seq_len=e - s, max_q_len=q_len, out=out[rows], **kw)
 
 
 def flashdec_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
@@ -138,7 +138,7 @@ def flashdec_attention_forward(module, query, key, value, attention_mask, dropou
                                       **kwargs)
     q_rows = query.transpose(1, 2).reshape(B * q_len, H, D).contiguous()
     out = torch.empty_like(q_rows)
-    kw = dict(scale=scaling, softcap=softcap or None, sinks=None if s_aux is None else s_aux.detach().float())
+    kw = dict(scale=scaling, softcap=softcap or None, sinks=_sinks(module, s_aux))
     _decode_rows(q_rows, key.transpose(1, 2), value.transpose(1, 2), out, spans, q_len, window, kw)
     return out.view(B, q_len, H, D), None
 

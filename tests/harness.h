@@ -93,6 +93,7 @@ void test_batch(path_ctx *pc, int npc, int configs, uint64_t seed);
 void test_batch_bad(void);
 void test_kv_write(path_ctx *pc, int npc);
 void test_batch_device_checks(path_ctx *pc);
+void test_batch_graph(void);
 void test_quant_blocks(path_ctx *pc, int npc);
 void test_quant_nmse(path_ctx *pc, int npc);
 

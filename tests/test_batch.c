@@ -314,6 +314,78 @@ void test_batch_device_checks(path_ctx *pc) {
     printf("batches with bad values on the device: %d kinds, NaN rows for the bad sequence\n", n);
 }
 
+/* CUDA: one captured graph serves every step while the lengths change between replays (they are read on the device):
+ * a paged batch captured once, replayed, its lengths cut and replayed again, each against the reference. */
+typedef struct {
+    fdec_context *ctx;
+    const fdec_layer *L;
+    const fdec_batch *b;
+    const void *q, *k, *v;
+    void *out;
+    fdec_status st;
+} graph_call;
+
+static void graph_call_fn(void *x, int i) {
+    (void)i;
+    graph_call *g = x;
+    const fdec_status st = fdec_decode_batch(g->ctx, g->L, g->b, g->q, g->k, g->v, g->out, NULL);
+    if (st) g->st = st;
+}
+
+void test_batch_graph(void) {
+    if (!g_cuda) return;
+    fd_rng r = {9090};
+    fd_batch_case c;
+    do /* no window: positions below an old window's start hold -1 pages */
+        fd_batch_make(&c, &r, 4, 16, 0, 0, 1, 1);
+    while (c.L.window && (fd_batch_free(&c), 1));
+    const fdec_layer *L = &c.L;
+    const size_t H = L->num_q_heads, D = L->head_dim, ob = c.rows * H * D * fdec_dtype_size(L->out_dtype);
+    dev_case d;
+    memset(&d, 0, sizeof d);
+    void *stream = fd_dev_stream_create(), *dout = fd_dev_alloc(ob);
+    unsigned char *out = malloc(ob);
+    fdec_options o = fdec_default_options();
+    o.cuda_stream = stream;
+    fdec_context *ctx = NULL;
+    int ok = stream && dout && !dev_case_make(&d, &c) && !fdec_context_create(FDEC_BACKEND_CUDA, &o, &ctx);
+    fdec_layer dl = *L;
+    dl.sinks = (const float *)xl(L->sinks, L->sinks, d.sinks);
+    dl.alibi_slopes = (const float *)xl(L->alibi_slopes, L->alibi_slopes, d.alibi);
+    fdec_batch db = c.b;
+    db.seq_lens = (const uint32_t *)d.lens, db.q_lens = (const uint32_t *)d.qls, db.page_table = (const int32_t *)d.table;
+    graph_call gc = {ctx, &dl, &db, d.q, d.k, d.v, dout, FDEC_OK};
+    void *graph = ok && !fdec_context_reserve_batch(ctx, &dl, &db) ? fd_dev_graph_capture(stream, graph_call_fn, &gc, 1)
+                                                                   : NULL;
+    ok = ok && graph && !gc.st;
+    for (int step = 0; ok && step < 2; step++) {
+        if (step) { /* every sequence cut to about half its length (at least its new tokens), on the device only */
+            for (uint32_t i = 0; i < c.b.num_seqs; i++) {
+                const uint32_t half = c.seq_lens[i] / 2;
+                c.seq_lens[i] = half > c.q_lens[i] ? half : c.q_lens[i];
+            }
+            ok = !fd_h2d(d.lens, c.seq_lens, c.b.num_seqs * sizeof(uint32_t));
+        }
+        ok = ok && !fd_dev_graph_replay(graph, stream) && !fd_dev_stream_sync(stream) && !fd_d2h(out, dout, ob);
+        size_t row = 0;
+        for (uint32_t i = 0; ok && i < c.b.num_seqs; i++) {
+            const uint32_t nq = c.q_lens[i];
+            double *ref = malloc(sizeof(double) * nq * H * D);
+            const double tol = fd_batch_reference(&c, i, row, ref, NULL);
+            for (size_t x = 0; x < (size_t)nq * H * D; x++)
+                ok &= fabs(fdec_load_elem(out, row * H * D + x, L->out_dtype) - ref[x]) <= tol;
+            free(ref);
+            row += nq;
+        }
+        check(ok, "CUDA batch graph, replay %d: %s", step, gc.st ? fdec_last_error() : "rows not as they should be");
+    }
+    if (graph) fd_dev_graph_destroy(graph);
+    fdec_context_destroy(ctx);
+    dev_case_free(&d), fd_dev_free(dout), free(out), fd_batch_free(&c);
+    fd_dev_stream_destroy(stream);
+    printf("batches in a CUDA graph: captured once, replayed with new lengths\n");
+}
+
 /* fdec_kv_write: rows land where the slot says, converted, in paged and contiguous caches of both page layouts. On
  * CUDA the slots are read on the device: one outside the cache writes nothing. */
 void test_kv_write(path_ctx *pc, int npc) {

@@ -75,6 +75,7 @@ int main(int argc, char **argv) {
     STEP(test_batch_bad());
     STEP(test_kv_write(pc, npc));
     STEP(test_batch_device_checks(pc));
+    STEP(test_batch_graph());
     STEP(test_batch(pc, npc, configs / 4 + 20, seed));
     STEP(test_sweep(pc, npc, configs, seed));
     for (int i = 0; i < nreadme; i++) test_readme_example(readme[i]);

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Build, test and benchmark the CUDA backend on a GPU machine in one go (the device tool runs it there).
-#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [variants] [peer] [py] [gpus] [ncu]   (no argument: all but ncu)
+#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [variants] [batch] [peer] [py] [hf] [gpus] [ncu]
+#   (no argument: all but ncu)
 # Logs and JSON go to $OUT (the device tool's output folder) or bench/results.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
-stages=${*:-build test sanitize bench variants peer py gpus}
+stages=${*:-build test sanitize bench variants batch peer py hf gpus}
 has() { [[ " $stages " == *" $1 "* ]]; }
 rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
@@ -38,12 +39,25 @@ if has variants; then # the logit variants side by side with the plain call (#54
     --ctx 4096,32768,131072 --variants plain,softcap,sinks,alibi,plain --softcap 50 --reps 10 --no-check \
     --json "$OUT/cuda-variants.json" 2>&1 | tee "$OUT/bench-variants.log" || rc=1
 fi
+if has batch; then # batches (fdec_decode_batch): contiguous and pages of 16, one and four query tokens a sequence
+  for q in 1 4; do
+    timeout 120 ./build/flashdec bench --backend cuda --batch 32 --lens 512-1536 --page-size 0,16 --q-len $q \
+      --preset llama3-8b,lfm2,gemma4-sliding-full,gemma4-full --reps 5 2>&1 | tee "$OUT/bench-batch-q$q.log" || rc=1
+  done
+fi
 if has peer; then
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1
 fi
 if has py; then # the Python package's tests, torch CUDA tensors included, against this build's library
   FLASHDEC_LIBRARY=$PWD/build/libflashdec.so PYTHONPATH=$PWD/python timeout 150 python3 -m pytest -q -rs tests/python \
     -p no:cacheprovider 2>&1 | tee "$OUT/pytest-cuda.log" | tail -8 || rc=1
+fi
+if has hf; then # transformers: a Llama-3-8B-shaped stack through SDPA and flashdec, time a token and the profile
+  for c in 4096 32768; do
+    FLASHDEC_LIBRARY=$PWD/build/libflashdec.so PYTHONPATH=$PWD/python timeout 150 python3 examples/hf_generate.py \
+      --preset llama3-8b --layers 4 --context $c --random-cache --new-tokens 32 --device cuda --dtype bfloat16 \
+      --profile 2>&1 | tee "$OUT/hf-$c.log" | grep -E "ms a token|profile,|greedy" || rc=1
+  done
 fi
 if has ncu; then # Nsight Compute sections of each kernel of one call per case (NCU_CASES="preset:ctx ...")
   for c in ${NCU_CASES:-gemma4-sliding:32768 gemma4-full:32768 lfm2:131072 llama3-8b:1024}; do

@@ -432,6 +432,7 @@ def _torch_decode(q, k, v, seq_len, window, ring_capacity, scale, out, return_ls
             raise ValueError("seq_len is needed with a ring cache (the rows hold positions modulo ring_capacity)")
         seq_len = k.shape[0]
     seq_len = _int_arg("seq_len", seq_len, 1, _U32)
+    sinks, alibi_slopes, k_scales, v_scales = (_head_tensor(x, q) for x in (sinks, alibi_slopes, k_scales, v_scales))
     args = (q, k, v, seq_len, _int_arg("window", window, 0, _U32), _int_arg("ring_capacity", ring_capacity, 0, _U32),
             _float0(scale), _float0(softcap), sinks, alibi_slopes, _float0(k_scale), _float0(v_scale), k_scales,
             v_scales, kv_dtype, 0 if threads is None else _int_arg("threads", threads, 0, 1024))
@@ -441,6 +442,15 @@ def _torch_decode(q, k, v, seq_len, window, ring_capacity, scale, out, return_ls
     lse = torch.empty(q.shape[:1], dtype=torch.float32, device=q.device) if return_lse else None
     torch.ops.flashdec.decode_into(*args, out=out, lse=lse)
     return (out, lse) if return_lse else out
+
+
+def _head_tensor(x, q):
+    """A per-head array given as a list or numpy array, as a float32 tensor on q's device (the operators take
+    tensors); tensors and None as they are (the operator converts or checks them)."""
+    if x is None or _is_torch(x):
+        return x
+    import torch
+    return torch.as_tensor(_np().asarray(x, dtype=_np().float32), device=q.device)
 
 
 def _float0(x):
@@ -574,7 +584,7 @@ def decode_batch(q, k, v, seq_lens, *, q_lens=None, page_table=None, window=0, s
         seq_lens, q_lens, page_table = (x if x is None or _is_torch(x) else torch.as_tensor(_np().asarray(x),
                                         device=q.device) for x in (seq_lens, q_lens, page_table))
         args = (q, k, v, seq_lens, q_lens, page_table, _int_arg("window", window, 0, _U32), _float0(scale),
-                _float0(softcap), sinks, alibi_slopes,
+                _float0(softcap), _head_tensor(sinks, q), _head_tensor(alibi_slopes, q),
                 0 if max_seq_len is None else _int_arg("max_seq_len", max_seq_len, 1, _U32),
                 0 if max_q_len is None else _int_arg("max_q_len", max_q_len, 1, 16),
                 0 if threads is None else _int_arg("threads", threads, 0, 1024))

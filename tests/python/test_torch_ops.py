@@ -50,6 +50,22 @@ def test_decode_op_against_reference(device, case):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_per_head_arrays_as_lists_or_numpy(device):
+    """flashdec.decode and decode_batch on tensors take sinks and slopes as lists or numpy arrays too (copied to q's
+    device), as they did before they called the operators."""
+    q, k, v = layer(14, device=device)
+    H = q.shape[0]
+    sinks, slopes = [0.5] * H, np.linspace(0.01, 0.1, H).astype(np.float64)
+    out = flashdec.decode(q, k, v, sinks=sinks, alibi_slopes=slopes)
+    ref = reference(np64(q), np64(k), np64(v), k.shape[0], sinks=np.array(sinks), alibi_slopes=slopes)[0]
+    assert np.abs(np64(out) - ref).max() < 2e-5
+    lens = torch.tensor([k.shape[0]], dtype=torch.int32, device=device)
+    ob = flashdec.decode_batch(q[None], k[None], v[None], lens, sinks=sinks, alibi_slopes=slopes,
+                               max_seq_len=k.shape[0])
+    assert np.abs(np64(ob[0]) - ref).max() < 2e-5
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_decode_into_writes_in_place(device):
     q, k, v = layer(2, dtype=torch.float16, device=device)
     out = torch.full(q.shape, float("nan"), dtype=torch.float16, device=device)

@@ -2,9 +2,10 @@
 
     out, lse = torch.ops.flashdec.decode(q, k, v, seq_len)
     out, lse = torch.ops.flashdec.decode_batch(q, k, v, seq_lens, q_lens, page_table, max_seq_len=4096, max_q_len=4)
-    torch.ops.flashdec.decode_into(q, k, v, seq_len, out, lse)      # writes out (and lse, which may be None)
+    torch.ops.flashdec.decode_into(q, k, v, seq_len, out=out, lse=lse)   # writes out (and lse, which may be None)
 
-Importing flashdec with torch present registers them (flashdec.decode and decode_batch on tensors call them). They
+Importing flashdec.ops registers them (the first call of flashdec.decode or decode_batch on tensors imports it, and
+those functions call them on tensors). They
 have schemas and fake kernels, so torch.compile(fullgraph=True) traces them as single nodes; the CPU and CUDA
 kernels call the library on torch's current stream, with no synchronisation and no allocation but the outputs', so
 a captured CUDA graph replays them. Arguments mean what they mean in flashdec.decode / decode_batch; a scale,

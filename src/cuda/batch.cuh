@@ -188,23 +188,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_batch_kernel(const 
                 s[u][r] = valid && t >= lo[r] && t <= pos[r] ? fmaf(0.f, acc, acc) : -INFINITY;
             }
         }
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            float smax = m[r];
-#pragma unroll
-            for (int u = 0; u < U; u++) smax = fmaxf(smax, s[u][r]);
-            const float alpha = fdec_state_weight2(m[r], smax);
-            float psum = 0.f;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                s[u][r] = s[u][r] == -INFINITY ? 0.f : exp2f(s[u][r] - smax);
-                psum += s[u][r];
-            }
-            l[r] = l[r] * alpha + psum;
-            m[r] = smax;
-#pragma unroll
-            for (int i = 0; i < E; i++) o[r][i] *= alpha;
-        }
+        fdec_softmax_step(s, m, l, o);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (!valid_at(base, u)) continue;
@@ -231,19 +215,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_batch_kernel(const 
             for (int j = 0; j < NL; j++) kr[u][j] = kn[u][j], vr[u][j] = vn[u][j];
     }
 
-    /* the lane groups of a warp (same lin, another grp) */
-#pragma unroll
-    for (int off = T; off < 32; off <<= 1) {
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            const float mo = __shfl_xor_sync(0xffffffffu, m[r], off), lo_ = __shfl_xor_sync(0xffffffffu, l[r], off);
-            const float mn = fmaxf(m[r], mo), wa = fdec_state_weight2(m[r], mn), wb = fdec_state_weight2(mo, mn);
-            l[r] = l[r] * wa + lo_ * wb;
-#pragma unroll
-            for (int i = 0; i < E; i++) o[r][i] = o[r][i] * wa + __shfl_xor_sync(0xffffffffu, o[r][i], off) * wb;
-            m[r] = mn;
-        }
-    }
+    fdec_merge_lane_groups<T>(m, l, o);
     /* the warps, through shared memory: [NW][RT] m and l, [NW][RT][Dr] o */
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float *sm_m = reinterpret_cast<float *>(smem_raw), *sm_l = sm_m + NW * RT, *sm_o = sm_l + NW * RT;

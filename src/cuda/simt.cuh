@@ -88,6 +88,49 @@ __host__ __device__ constexpr size_t fdec_pipe_bytes() {
 }
 
 
+/* One online-softmax step of a lane group over U rows for its RT query rows (the SIMT kernels': this one and
+batch.cuh's): the scores s[u][r] (base 2, -inf where masked) become the weights, l and o move to the new running max
+m. */
+template <int U, int RT, int E>
+__device__ __forceinline__ void fdec_softmax_step(float (&s)[U][RT], float (&m)[RT], float (&l)[RT], float (&o)[RT][E]) {
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        float smax = m[r];
+#pragma unroll
+        for (int u = 0; u < U; u++) smax = fmaxf(smax, s[u][r]);
+        const float alpha = fdec_state_weight2(m[r], smax);
+        float psum = 0.f;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            s[u][r] = s[u][r] == -INFINITY ? 0.f : exp2f(s[u][r] - smax); /* now the weight */
+            psum += s[u][r];
+        }
+        l[r] = l[r] * alpha + psum;
+        m[r] = smax;
+#pragma unroll
+        for (int i = 0; i < E; i++) o[r][i] *= alpha;
+    }
+}
+
+/* The lane groups of a warp (groups of T lanes: same lane in the group, another group) merged by shuffles; every
+ * lane ends with the warp's state. */
+template <int T, int RT, int E>
+__device__ __forceinline__ void fdec_merge_lane_groups(float (&m)[RT], float (&l)[RT], float (&o)[RT][E]) {
+#pragma unroll
+    for (int off = T; off < 32; off <<= 1) {
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+            float mo = __shfl_xor_sync(0xffffffffu, m[r], off), lo_ = __shfl_xor_sync(0xffffffffu, l[r], off);
+            float mn = fmaxf(m[r], mo);
+            float wa = fdec_state_weight2(m[r], mn), wb = fdec_state_weight2(mo, mn);
+            l[r] = l[r] * wa + lo_ * wb;
+#pragma unroll
+            for (int i = 0; i < E; i++) o[r][i] = o[r][i] * wa + __shfl_xor_sync(0xffffffffu, o[r][i], off) * wb;
+            m[r] = mn;
+        }
+    }
+}
+
 template <typename KT, int D, int RT, bool SUMS>
 /* Block (head tile x, chunk y, KV head z). One function of ~280 lines: the loads, the online-softmax step and the block
  * sums are lambdas over the same registers (q, o, the state, the totals), which the compiler keeps in registers. */
@@ -212,23 +255,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
                 s[u][r] = valid ? fmaf(0.f, acc, acc) : -INFINITY; /* +-inf -> NaN: the head comes out NaN */
             }
         }
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            float smax = m[r];
-#pragma unroll
-            for (int u = 0; u < U; u++) smax = fmaxf(smax, s[u][r]);
-            const float alpha = fdec_state_weight2(m[r], smax);
-            float psum = 0.f;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                s[u][r] = s[u][r] == -INFINITY ? 0.f : exp2f(s[u][r] - smax); /* now the weight */
-                psum += s[u][r];
-            }
-            l[r] = l[r] * alpha + psum;
-            m[r] = smax;
-#pragma unroll
-            for (int i = 0; i < E; i++) o[r][i] *= alpha;
-        }
+        fdec_softmax_step(s, m, l, o);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (!valid_at(base, u)) continue; /* its V was never loaded */
@@ -335,20 +362,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
 
     add_block(true);
 
-    /* merge the lane groups of a warp (same lin, different grp) */
-#pragma unroll
-    for (int off = T; off < 32; off <<= 1) {
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            float mo = __shfl_xor_sync(0xffffffffu, m[r], off), lo_ = __shfl_xor_sync(0xffffffffu, l[r], off);
-            float mn = fmaxf(m[r], mo);
-            float wa = fdec_state_weight2(m[r], mn), wb = fdec_state_weight2(mo, mn);
-            l[r] = l[r] * wa + lo_ * wb;
-#pragma unroll
-            for (int i = 0; i < E; i++) o[r][i] = o[r][i] * wa + __shfl_xor_sync(0xffffffffu, o[r][i], off) * wb;
-            m[r] = mn;
-        }
-    }
+    fdec_merge_lane_groups<T>(m, l, o);
 
     /* the warps' states into shared memory, for the block's tail */
     float *smem = reinterpret_cast<float *>(smem_raw);

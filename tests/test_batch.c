@@ -260,6 +260,17 @@ void test_batch_bad(void) {
     fdec_context_destroy(ctx);
 }
 
+/* 1 where sequence i's rows of out (from row `row`) are within the tolerance of its reference */
+static int seq_rows_ok(const fd_batch_case *c, uint32_t i, size_t row, const unsigned char *out) {
+    const size_t H = c->L.num_q_heads, D = c->L.head_dim, n = (size_t)c->q_lens[i] * H * D;
+    double *ref = malloc(sizeof(double) * n);
+    const double tol = fd_batch_reference(c, i, row, ref, NULL);
+    int ok = 1;
+    for (size_t x = 0; x < n; x++) ok &= fabs(fdec_load_elem(out, row * H * D + x, c->L.out_dtype) - ref[x]) <= tol;
+    free(ref);
+    return ok;
+}
+
 /* CUDA: lengths, token counts and page ids are read on the device. A bad one makes its sequence's rows NaN, the
  * other sequences come out right, and nothing outside the arrays is read (compute-sanitizer's memcheck runs this). */
 void test_batch_device_checks(path_ctx *pc) {
@@ -297,13 +308,8 @@ void test_batch_device_checks(path_ctx *pc) {
                 if (i == 1) { /* every element NaN */
                     for (size_t x = 0; x < (size_t)nq * H * D; x++) ok &= isnan(fdec_load_elem(out, row * H * D + x, L->out_dtype));
                     for (size_t x = 0; x < (size_t)nq * H; x++) ok &= isnan(((float *)lse)[row * H + x]);
-                } else {
-                    double *ref = malloc(sizeof(double) * nq * H * D);
-                    const double tol = fd_batch_reference(&c, i, row, ref, NULL);
-                    for (size_t x = 0; x < (size_t)nq * H * D; x++)
-                        ok &= fabs(fdec_load_elem(out, row * H * D + x, L->out_dtype) - ref[x]) <= tol;
-                    free(ref);
-                }
+                } else
+                    ok &= seq_rows_ok(&c, i, row, out);
                 row += nq;
             }
             check(ok, "CUDA batch with %s: %s", what[kind], st ? fdec_last_error() : "rows not as they should be");
@@ -369,13 +375,8 @@ void test_batch_graph(void) {
         ok = ok && !fd_dev_graph_replay(graph, stream) && !fd_dev_stream_sync(stream) && !fd_d2h(out, dout, ob);
         size_t row = 0;
         for (uint32_t i = 0; ok && i < c.b.num_seqs; i++) {
-            const uint32_t nq = c.q_lens[i];
-            double *ref = malloc(sizeof(double) * nq * H * D);
-            const double tol = fd_batch_reference(&c, i, row, ref, NULL);
-            for (size_t x = 0; x < (size_t)nq * H * D; x++)
-                ok &= fabs(fdec_load_elem(out, row * H * D + x, L->out_dtype) - ref[x]) <= tol;
-            free(ref);
-            row += nq;
+            ok &= seq_rows_ok(&c, i, row, out);
+            row += c.q_lens[i];
         }
         check(ok, "CUDA batch graph, replay %d: %s", step, gc.st ? fdec_last_error() : "rows not as they should be");
     }

@@ -260,7 +260,7 @@ def _context(cuda, device, stream, threads):
     key = (cuda, device, stream, threads)
     ctx = contexts.get(key)
     if ctx is None:
-        if cuda and _capturing(device):
+        if cuda and _capturing():
             raise RuntimeError("flashdec: no context for this stream yet, and none can be made while a CUDA graph is "
                                "being captured; make one call on the capture stream before capturing (e.g. "
                                "torch.cuda.graph(g, stream=s) after a call under torch.cuda.stream(s))")
@@ -268,7 +268,7 @@ def _context(cuda, device, stream, threads):
     return ctx.handle
 
 
-def _capturing(device):
+def _capturing():
     import torch
     return torch.cuda.is_current_stream_capturing()
 
@@ -436,11 +436,17 @@ def _torch_decode(q, k, v, seq_len, window, ring_capacity, scale, out, return_ls
     args = (q, k, v, seq_len, _int_arg("window", window, 0, _U32), _int_arg("ring_capacity", ring_capacity, 0, _U32),
             _float0(scale), _float0(softcap), sinks, alibi_slopes, _float0(k_scale), _float0(v_scale), k_scales,
             v_scales, kv_dtype, 0 if threads is None else _int_arg("threads", threads, 0, 1024))
+    return _run_op(torch.ops.flashdec.decode, torch.ops.flashdec.decode_into, args, out, return_lse, q.shape[:1])
+
+
+def _run_op(op, op_into, args, out, return_lse, lse_shape):
+    """The functional operator, or its in-place form where `out` is given (with an lse of lse_shape if asked for)."""
     if out is None:
-        result, lse = torch.ops.flashdec.decode(*args)
+        result, lse = op(*args)
         return (result, lse) if return_lse else result
-    lse = torch.empty(q.shape[:1], dtype=torch.float32, device=q.device) if return_lse else None
-    torch.ops.flashdec.decode_into(*args, out=out, lse=lse)
+    import torch
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=out.device) if return_lse else None
+    op_into(*args, out=out, lse=lse)
     return (out, lse) if return_lse else out
 
 
@@ -588,12 +594,8 @@ def decode_batch(q, k, v, seq_lens, *, q_lens=None, page_table=None, window=0, s
                 0 if max_seq_len is None else _int_arg("max_seq_len", max_seq_len, 1, _U32),
                 0 if max_q_len is None else _int_arg("max_q_len", max_q_len, 1, 16),
                 0 if threads is None else _int_arg("threads", threads, 0, 1024))
-        if out is None:
-            result, lse = torch.ops.flashdec.decode_batch(*args)
-            return (result, lse) if return_lse else result
-        lse = torch.empty(out.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
-        torch.ops.flashdec.decode_batch_into(*args, out=out, lse=lse)
-        return (out, lse) if return_lse else out
+        return _run_op(torch.ops.flashdec.decode_batch, torch.ops.flashdec.decode_batch_into, args, out, return_lse,
+                       out.shape[:2] if out is not None else None)
     import numpy as np
     qa = _Arr(q, "q")
     rows, H, D = qa.shape if len(qa.shape) == 3 else (0, 0, 0)

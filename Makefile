@@ -248,16 +248,18 @@ test-python: wheel
 
 # The torch operators and the transformers integration (tests/python/test_torch_ops.py, test_transformers.py,
 # examples/hf_generate.py) in build/venv-torch with torch and transformers from PyPI: a few GB, so not part of
-# `make test`, whose Python tests skip them with a message. TORCH_PIP picks the torch (e.g. "torch --index-url
+# `make test`, whose Python tests skip them with a message. The operators' tests run twice: with the C++ kernels
+# (flashdec/_torch_ops.cpp, compiled on first import) and with the Python ones (FLASHDEC_TORCH_EXT=0). TORCH_PIP picks the torch (e.g. "torch --index-url
 # https://download.pytorch.org/whl/cpu" for the CPU-only build).
 TORCH_VENV := $(BUILD)/venv-torch
 TORCH_PIP ?= torch
 test-torch: wheel
 	test -x $(TORCH_VENV)/bin/python || python3 -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/pip install -q $(TORCH_PIP)
-	$(TORCH_VENV)/bin/pip install -q transformers numpy ml_dtypes pytest hypothesis
+	$(TORCH_VENV)/bin/pip install -q transformers ninja numpy ml_dtypes pytest hypothesis
 	$(TORCH_VENV)/bin/pip install -q --no-deps --force-reinstall $(WHEELHOUSE)/*.whl
 	cd tests/python && ../../$(TORCH_VENV)/bin/python -m pytest -q -rs test_torch_ops.py test_transformers.py
+	cd tests/python && FLASHDEC_TORCH_EXT=0 ../../$(TORCH_VENV)/bin/python -m pytest -q -rs test_torch_ops.py
 	cd /tmp && $(CURDIR)/$(TORCH_VENV)/bin/python $(CURDIR)/examples/hf_generate.py --new-tokens 16
 
 # The same suite on the CUDA backend (needs an NVIDIA GPU; prints a skip line without one), then

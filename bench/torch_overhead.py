@@ -56,7 +56,8 @@ def main():
             for name, fn in calls.items():
                 results[name].append(median_us(fn))
     base = statistics.median(results["fdec_decode via ctypes"])
-    print(f"Llama-3-8B layer, {L} positions, f16, {T} thread(s): medians of {args.rounds} alternated rounds")
+    print(f"Llama-3-8B layer, {L} positions, f16, {T} thread(s): medians of {args.rounds} alternated rounds; the "
+          f"operators' kernels: {'C++ (_torch_ops.cpp)' if flashdec.ops.EXTENSION else 'Python (flashdec/ops.py)'}")
     for name, r in results.items():
         m = statistics.median(r)
         print(f"  {name:32s} {m:7.2f} us   (+{m - base:.2f} over the ctypes call)")

@@ -111,6 +111,8 @@ def _check(status):
 
 def _int_arg(name, value, lo, hi):
     """value as an int in [lo, hi]; TypeError for a non-integer (a float, a bool), ValueError outside the range."""
+    if type(value) is int and lo <= value <= hi:  # the common case, without the abc check below
+        return value
     if isinstance(value, bool) or not isinstance(value, _numbers.Integral):
         raise TypeError(f"{name} must be an integer, not {type(value).__name__} ({value!r})")
     value = int(value)
@@ -426,17 +428,19 @@ def decode(q, k, v, *, seq_len=None, window=0, ring_capacity=0, scale=None, out=
 def _torch_decode(q, k, v, seq_len, window, ring_capacity, scale, out, return_lse, threads, softcap, sinks,
                   alibi_slopes, kv_dtype, k_scale, v_scale, k_scales, v_scales):
     """decode() on tensors, through the operators (flashdec.ops): integers checked here, the rest by the op."""
-    torch = _torch_ops()
+    decode_op, decode_into_op = _torch_ops()[:2]
     if seq_len is None:
         if ring_capacity:
             raise ValueError("seq_len is needed with a ring cache (the rows hold positions modulo ring_capacity)")
         seq_len = k.shape[0]
     seq_len = _int_arg("seq_len", seq_len, 1, _U32)
-    sinks, alibi_slopes, k_scales, v_scales = (_head_tensor(x, q) for x in (sinks, alibi_slopes, k_scales, v_scales))
+    if not (sinks is None and alibi_slopes is None and k_scales is None and v_scales is None):
+        sinks, alibi_slopes, k_scales, v_scales = (_head_tensor(x, q) for x in (sinks, alibi_slopes, k_scales,
+                                                                                 v_scales))
     args = (q, k, v, seq_len, _int_arg("window", window, 0, _U32), _int_arg("ring_capacity", ring_capacity, 0, _U32),
             _float0(scale), _float0(softcap), sinks, alibi_slopes, _float0(k_scale), _float0(v_scale), k_scales,
             v_scales, kv_dtype, 0 if threads is None else _int_arg("threads", threads, 0, 1024))
-    return _run_op(torch.ops.flashdec.decode, torch.ops.flashdec.decode_into, args, out, return_lse, q.shape[:1])
+    return _run_op(decode_op, decode_into_op, args, out, return_lse, q.shape[:1])
 
 
 def _run_op(op, op_into, args, out, return_lse, lse_shape):
@@ -464,11 +468,19 @@ def _float0(x):
     return 0.0 if x is None else float(x)
 
 
+_OPS = None
+
+
 def _torch_ops():
-    """torch, with flashdec's operators registered (flashdec.ops)."""
-    from . import ops  # noqa: F401 (registers torch.ops.flashdec)
-    import torch
-    return torch
+    """flashdec's operators, registered by flashdec.ops on first use: the overloads of decode, decode_into,
+    decode_batch and decode_batch_into (looked up once: torch.ops' attribute lookups cost a call microseconds)."""
+    global _OPS
+    if _OPS is None:
+        from . import ops  # noqa: F401 (registers torch.ops.flashdec)
+        import torch
+        f = torch.ops.flashdec
+        _OPS = (f.decode.default, f.decode_into.default, f.decode_batch.default, f.decode_batch_into.default)
+    return _OPS
 
 
 def _decode_into(q, k, v, out, lse, *, seq_len=None, window=0, ring_capacity=0, scale=None, threads=None,
@@ -585,7 +597,8 @@ def decode_batch(q, k, v, seq_lens, *, q_lens=None, page_table=None, window=0, s
     max_seq_len / max_q_len: the plan's bounds (default: the batch's own; on CUDA they must be given).
     On torch tensors this is the operator torch.ops.flashdec.decode_batch (decode_batch_into with `out`)."""
     if _is_torch(q) and _is_torch(k) and _is_torch(v) and (out is None or _is_torch(out)):
-        torch = _torch_ops()
+        import torch
+        batch_op, batch_into_op = _torch_ops()[2:]
         # lists and numpy arrays of lengths and pages as tensors where q is (the op checks their values)
         seq_lens, q_lens, page_table = (x if x is None or _is_torch(x) else torch.as_tensor(_np().asarray(x),
                                         device=q.device) for x in (seq_lens, q_lens, page_table))
@@ -594,7 +607,7 @@ def decode_batch(q, k, v, seq_lens, *, q_lens=None, page_table=None, window=0, s
                 0 if max_seq_len is None else _int_arg("max_seq_len", max_seq_len, 1, _U32),
                 0 if max_q_len is None else _int_arg("max_q_len", max_q_len, 1, 16),
                 0 if threads is None else _int_arg("threads", threads, 0, 1024))
-        return _run_op(torch.ops.flashdec.decode_batch, torch.ops.flashdec.decode_batch_into, args, out, return_lse,
+        return _run_op(batch_op, batch_into_op, args, out, return_lse,
                        out.shape[:2] if out is not None else None)
     import numpy as np
     qa = _Arr(q, "q")

@@ -113,6 +113,49 @@ def test_op_errors(call, exc, match):
         call(q, k, v)
 
 
+def test_cpp_kernels_serve():
+    """The operators' kernels are _torch_ops.cpp's wherever it can be built (ninja and a compiler), unless
+    FLASHDEC_TORCH_EXT=0 asks for the Python ones: a build that breaks must not pass for the fallback."""
+    import os
+    from torch.utils import cpp_extension
+    if os.environ.get("FLASHDEC_TORCH_EXT", "1") == "0" or not cpp_extension.is_ninja_available():
+        assert not flashdec.ops.EXTENSION
+    else:
+        assert flashdec.ops.EXTENSION
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_repeated_calls_follow_the_cache(device):
+    """Repeated calls of one shape take the kernels' cached set-up: a cache that grows (the rows are not in the key),
+    a view whose one row says nothing of its row stride, and calls from another thread must all still be exact."""
+    H, G, D = 8, 2, 40
+    g = torch.Generator().manual_seed(12)
+    base = (torch.rand((300, 3, G, D), generator=g) * 2 - 1).to(device)
+    k, v = base[:, 1], base[:, 2]  # rows 3 * G * D apart
+    q = (torch.rand((H, D), generator=g) * 2 - 1).to(device)
+    for n in (1, 2, 77, 300):
+        out = torch.ops.flashdec.decode(q, k[:n], v[:n], n)[0]
+        ref = reference(np64(q), np64(k[:n]), np64(v[:n]), n)[0]
+        assert np.abs(np64(out) - ref).max() < 2e-5, n
+    import threading
+    errors = []
+
+    def worker(n):
+        try:
+            for _ in range(3):
+                out = torch.ops.flashdec.decode(q, k, v, n)[0]
+                assert np.abs(np64(out) - reference(np64(q), np64(k), np64(v), n)[0]).max() < 2e-5
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in (5, 150, 299)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
 def random_batch(seed, device="cpu", dtype=torch.float32):
     rng = np.random.default_rng(seed)
     H, G, D, B, P = 8, 2, 64, 4, 16

@@ -6,11 +6,13 @@
  *                     attends) and finds its first row, the sum of the token counts before it. A sequence that fails
  *                     gets NaN rows and none of its cache is read; a bad token count takes min(count, max_q_len) rows,
  *                     so the rows never pass the sum of the counts given.
- *   fdec_batch_kernel block (KV head and head tile, chunk, sequence) computes the partial states (state.h) of up to
- *                     RT of the sequence's (token, query head) rows of one KV head over one chunk of its positions,
- *                     each K/V row read once for all of them. A sequence's chunks are chunk_len positions from its
- *                     first attended position, chunk_len fixed by the batch's bounds (max_seq_len, max_q_len), never
- *                     by the other sequences: batch invariance.
+ *   the decode       block (KV head and head tile, chunk, sequence) computes the partial states (state.h) of a tile
+ *                     of the sequence's (token, query head) rows of one KV head over one chunk of its positions, each
+ *                     K/V row read once for all of them: mma.cuh's tensor-core kernel (8 rows a tile, over
+ *                     fdec_mma_work<fdec_batch_params> below) for 16-bit caches on its shapes, fdec_batch_kernel
+ *                     (SIMT, RT rows) for the others. A sequence's chunks are chunk_len positions from its first
+ *                     attended position, chunk_len fixed by the batch's bounds (max_seq_len, max_q_len), never by
+ *                     the other sequences: batch invariance.
  *   fdec_batch_merge  merges each (row, head)'s chunk states into out and lse (merge.cuh's fdec_merge_heads, the sink
  *                     included).
  *
@@ -19,6 +21,7 @@
 #pragma once
 #include "common.cuh"
 #include "merge.cuh"
+#include "mma.cuh"
 #include "simt.cuh"
 
 /* A sequence as the check kernel found it (in the scratch, after the chunk states). */
@@ -44,6 +47,43 @@ struct fdec_batch_params {
     float scale_log2;
     int qt, ot;
     fdec_logits logits;
+};
+
+/* The work of a tensor-core block of a batch (mma.cuh's fdec_mma_work): block (KV head g and head tile, chunk,
+ * sequence b), its rows the tile's of the sequence's nq * R (token-major: row r is token r / R, query head
+ * g * R + r % R), each attending [fdec_tok_lo(its position), its position]. A sequence the check kernel refused is
+ * bad: no position is read and its states are NaN. */
+template <>
+struct fdec_mma_work<fdec_batch_params> {
+    static constexpr bool OWN_RANGES = true, FROM_MEMORY = true;
+    const fdec_batch_params &p;
+    fdec_batch_seq_info si;
+    fdec_kv_layout kv; /* the sequence's: its page-table row */
+    uint32_t g, tile, chunk, b;
+    int nh;
+    uint64_t lo_, hi_; /* the sequence's attended range: its first token's first position, its length */
+    __device__ explicit fdec_mma_work(const fdec_batch_params &p_)
+        : p(p_), si(p_.info[blockIdx.z]), kv(p_.kv), g(blockIdx.x / p_.tiles), tile(blockIdx.x % p_.tiles),
+          chunk(blockIdx.y), b(blockIdx.z) {
+        nh = min(8, (int)(si.nq * p.R) - (int)(tile * 8));
+        kv.pages = kv.page_size ? p.kv.pages + (size_t)b * p.max_pages : NULL;
+        lo_ = si.ok ? fdec_tok_lo(fdec_tok_pos(si.n - 1, si.nq, 0), p.window) : 0;
+        hi_ = si.ok ? si.n : 0;
+    }
+    __device__ bool bad() const { return !si.ok; }
+    __device__ uint64_t lo() const { return lo_; }
+    __device__ uint64_t hi() const { return hi_; }
+    __device__ size_t ps() const { return kv.ps; }
+    __device__ size_t kv_base() const { return (size_t)b * kv.ss + (size_t)g * kv.hs; }
+    __device__ size_t pos_off(bool ok, uint64_t t) const { return ok ? fdec_kv_pos(&kv, t) : 0; }
+    __device__ bool run(uint64_t t, uint64_t n, uint64_t c1) const { return t + n <= c1 && fdec_kv_run(&kv, t, n) == n; }
+    __device__ size_t run_off(uint64_t t, int i) const { return fdec_kv_pos(&kv, t) + (size_t)i * kv.ps; }
+    __device__ uint32_t tok(int r) const { return (tile * 8 + r) / p.R; }
+    __device__ uint32_t head(int r) const { return g * p.R + (tile * 8 + r) % p.R; }
+    __device__ size_t q_row(int r) const { return (size_t)(si.row0 + tok(r)) * p.H + head(r); }
+    __device__ uint64_t pos(int r) const { return fdec_tok_pos(si.n - 1, si.nq, tok(r)); }
+    __device__ uint64_t first(int r) const { return fdec_tok_lo(pos(r), p.window); }
+    __device__ size_t state(int r) const { return q_row(r) * p.nc + chunk; }
 };
 
 #define FDEC_BATCH_CHECK_THREADS 128
@@ -83,8 +123,14 @@ __global__ void __launch_bounds__(FDEC_BATCH_CHECK_THREADS) fdec_batch_check(con
  * read by T lanes, VEC elements a load, E elements a lane (simt.cuh's fdec_shape); a warp takes GROUPS rows at once
  * and U such sets a step, loading the next step's rows before it computes this one. Each lane group keeps its own
  * online softmax in base 2; groups merge by shuffles, warps through shared memory. */
+/* Blocks an SM the batch kernel's registers must allow (launch bounds; docs/TUNING.md). */
+#ifndef FDEC_BATCH_BLOCKS_PER_SM
+#define FDEC_BATCH_BLOCKS_PER_SM 3
+#endif
+
 template <typename KT, int D, int RT>
-__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_batch_kernel(const fdec_batch_params p) {
+__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_BATCH_BLOCKS_PER_SM)
+    fdec_batch_kernel(const fdec_batch_params p) {
     using S = fdec_shape<KT, D>;
     using raw_t = typename fdec_raw<KT, S::VEC>::type;
     constexpr int VEC = S::VEC, T = S::T, E = S::E, NL = S::NL, GROUPS = S::GROUPS, U = S::U, NW = FDEC_CUDA_WARPS;

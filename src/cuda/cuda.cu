@@ -24,6 +24,13 @@ extern "C" {
 /* Shortest chunk at head_dim 512 while the merge stays at FDEC_MERGE_SMALL_MAX chunks or fewer: more blocks for
  * short calls. */
 #define D512_MIN_CHUNK 32
+/* A batch's shortest chunk: its blocks read a chunk of one sequence each, and the many sequences fill the GPU where
+ * one call's chunks must; longer chunks carry a block's fixed costs (q's rows, the tail, the merge's states) over more
+ * positions. Fixed, not taken from the batch's size: a sequence's split may depend only on the plan's bounds (batch
+ * invariance). docs/TUNING.md. */
+#ifndef FDEC_BATCH_MIN_CHUNK
+#define FDEC_BATCH_MIN_CHUNK 256
+#endif
 /* Most chunks per head: bounds the scratch and the merge's loop. */
 #define MAX_CHUNKS FDEC_CUDA_MAX_CHUNKS
 /* The SIMT kernel's tiles of 4 heads at 16 elements a lane (head_dim 512), whose block sums keep their totals in
@@ -464,6 +471,17 @@ static batch_fn pick_batch(uint32_t D, int fast) {
     return fdec_batch_kernel<KT, 0, 2>;
 }
 
+/* The tensor-core instance for a batch (mma.cuh over fdec_mma_work<fdec_batch_params>): 8 rows a tile. */
+template <typename KT>
+static batch_fn pick_batch_mma(uint32_t D) {
+    switch (D) {
+    case 64: return fdec_mma_kernel<KT, 64, false, fdec_batch_params>;
+    case 128: return fdec_mma_kernel<KT, 128, false, fdec_batch_params>;
+    case 256: return fdec_mma_kernel<KT, 256, false, fdec_batch_params>;
+    default: return fdec_mma_kernel<KT, 512, false, fdec_batch_params>;
+    }
+}
+
 typedef struct {
     batch_fn fn;
     int rt;
@@ -472,7 +490,8 @@ typedef struct {
     fdec_split split;     /* of the longest attended range the batch's bounds allow */
 } batch_plan;
 
-/* A batch's plan: the kernel by the shape and alignment (kaddr, vaddr: the caches; 0 for a reserve), the split of
+/* A batch's plan: the kernel by the shape and alignment (kaddr, vaddr: the caches; 0 for a reserve) as a single
+ * call's (choose_kernel: the tensor-core kernel for 16-bit caches on its shapes, else the SIMT one), the split of
  * the batch's largest problem (bp->p: max_seq_len positions, max_q_len tokens) for FDEC_CUDA_BLOCKS_PER_SM blocks an
  * SM as if it were alone. Nothing depends on num_seqs but the rows, so a sequence's chunks, and bits, are its own. */
 static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *bp, uint64_t kaddr, uint64_t vaddr) {
@@ -483,18 +502,19 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
     const int fast = (p->D == 64 || p->D == 128 || p->D == 256 || p->D == 512) && (p->kv.ps * es) % 16 == 0 &&
                      (p->kv.hs * es) % 16 == 0 && (seq * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
     batch_plan bl;
+    const int mma = fast && es == 2 && !c->simt_only && mma_smem(p->D) + FDEC_CUDA_STATIC_SMEM_MAX <= c->smem_optin;
     switch (p->kvt) {
-    case FDEC_F16: bl.fn = pick_batch<__half>(p->D, fast); break;
-    case FDEC_BF16: bl.fn = pick_batch<__nv_bfloat16>(p->D, fast); break;
+    case FDEC_F16: bl.fn = mma ? pick_batch_mma<__half>(p->D) : pick_batch<__half>(p->D, fast); break;
+    case FDEC_BF16: bl.fn = mma ? pick_batch_mma<__nv_bfloat16>(p->D) : pick_batch<__nv_bfloat16>(p->D, fast); break;
     default: bl.fn = pick_batch<float>(p->D, fast); break;
     }
-    bl.rt = fast ? 4 : 2;
+    bl.rt = mma ? 8 : fast ? 4 : 2;
     bl.tiles = (p->nq * p->R + bl.rt - 1) / bl.rt;
     bl.rows = b->num_seqs * p->nq;
     const uint32_t per_chunk = p->G * bl.tiles;
     const uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk - 1) / per_chunk;
-    bl.split = fdec_make_split(p, lanes, c->min_chunk, MAX_CHUNKS);
-    bl.smem = fdec_batch_smem(bl.rt, p->D);
+    bl.split = fdec_make_split(p, lanes, c->min_chunk == MIN_CHUNK ? FDEC_BATCH_MIN_CHUNK : c->min_chunk, MAX_CHUNKS);
+    bl.smem = mma ? mma_smem(p->D) : fdec_batch_smem(bl.rt, p->D);
     return bl;
 }
 

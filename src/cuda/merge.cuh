@@ -146,18 +146,20 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
             lse[r] = sbad[r] ? NAN : sL[r] == 0.f && sM[r] == -INFINITY ? -INFINITY : fdec_state_lse(sM[r], sL[r]);
 }
 
-/* The end of a decode block: merges its NS partial states (in shared memory: m[NS][RT] in base 2, l[NS][RT],
- * o[NS][RT][D]) into the chunk's state in the scratch (m in natural-log units). A chunk whose o came out
- * non-finite (an inf in V, a NaN anywhere) gets m = l = NaN, so that the merge makes its head NaN. The states
+/* The end of a tensor-core block: merges its NS partial states (in shared memory: m[NS][RT] in base 2, l[NS][RT],
+ * o[NS][RT][Dr], Dr = D or, for D = 0, the call's head_dim) into the chunk state of each row r < nh, at index
+ * state(r) of the scratch's part_* arrays (m in natural-log units). A chunk whose o came out non-finite (an inf in
+ * V, a NaN anywhere), or whose work is bad (a batch's sequence the check kernel refused), gets m = l = NaN, so that
+ * the merge makes its row NaN. The states
  * are merged by the merge kernel launched right after this kernel.
  * Each (state, head)'s weight is taken once, before the loop over the elements, and where D is a compile-time
  * multiple of 4 a thread moves 4 elements a pass (16-byte loads and stores). */
-template <int D, int RT, int NS>
-__device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, uint32_t h0, uint32_t chunk) {
+template <int D, int RT, int NS, typename StateIndex>
+__device__ void fdec_block_tail(StateIndex state, bool bad_work, float *part_o, float *part_m, float *part_l,
+                                float *smem, int nh, int Dr) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); /* the merge kernel may start launching */
 #endif
-    const int Dr = D ? D : (int)p.D;
     const float *sm_m = smem, *sm_l = smem + NS * RT, *sm_o = smem + 2 * NS * RT;
     const float ln2 = 0.69314718055994531f;
     __shared__ float sm_L[RT], sm_M[RT];
@@ -197,7 +199,7 @@ __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, 
             } else
                 O[0] += wt * x[0];
         }
-        float *dst = p.part_o + ((size_t)(h0 + r) * p.nc + chunk) * Dr + d;
+        float *dst = part_o + state(r) * Dr + d;
         bool fin = true;
 #pragma unroll
         for (int e = 0; e < V; e++) fin = fin && isfinite(O[e]);
@@ -207,10 +209,10 @@ __device__ void fdec_block_tail(const fdec_cuda_params &p, float *smem, int nh, 
     }
     __syncthreads();
     if (threadIdx.x < nh) {
-        const size_t hc = (size_t)(h0 + threadIdx.x) * p.nc + chunk;
-        const bool bad = sm_bad[threadIdx.x] || sm_L[threadIdx.x] != sm_L[threadIdx.x];
-        p.part_m[hc] = bad ? NAN : sm_M[threadIdx.x];
-        p.part_l[hc] = bad ? NAN : sm_L[threadIdx.x];
+        const size_t hc = state(threadIdx.x);
+        const bool bad = bad_work || sm_bad[threadIdx.x] || sm_L[threadIdx.x] != sm_L[threadIdx.x];
+        part_m[hc] = bad ? NAN : sm_M[threadIdx.x];
+        part_l[hc] = bad ? NAN : sm_L[threadIdx.x];
     }
 }
 

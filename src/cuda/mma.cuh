@@ -64,6 +64,40 @@ struct fdec_mma_shape {
     static_assert(WP <= FDEC_CUDA_WARPS, "the host sizes the tail's shared memory for at most that many states");
 };
 
+/* What a block of fdec_mma_kernel works on, by its parameters' type: its rows (the MMA's rows 0..7), the positions it
+ * reads and where they are, and where its chunk state goes. This one: a call of fdec_decode, block (head tile x,
+ * chunk y, KV head z), its rows query heads h0.. of KV head g, every one attending every position of [lo, hi). A
+ * batch's blocks (batch.cuh) take a sequence's (token, query head) rows, each with its own range. */
+template <typename P>
+struct fdec_mma_work;
+
+template <>
+struct fdec_mma_work<fdec_cuda_params> {
+    static constexpr bool OWN_RANGES = false; /* rows attend positions of their own (first(r)..pos(r)) */
+    static constexpr bool FROM_MEMORY = false; /* the description is read from memory an earlier grid writes */
+    const fdec_cuda_params &p;
+    uint32_t g, chunk, h0;
+    int nh; /* the tile's rows */
+    __device__ explicit fdec_mma_work(const fdec_cuda_params &p_)
+        : p(p_), g(blockIdx.z), chunk(blockIdx.y), h0(blockIdx.z * p_.R + blockIdx.x * 8),
+          nh(min(8, (int)(p_.R - blockIdx.x * 8))) {}
+    __device__ bool bad() const { return false; }
+    __device__ uint64_t lo() const { return p.lo; }
+    __device__ uint64_t hi() const { return p.hi; }
+    __device__ size_t ps() const { return p.ps; }
+    __device__ size_t kv_base() const { return (size_t)g * p.hs; } /* from k (v) to the block's KV head */
+    /* position t's row (from kv_base), 0 where !ok */
+    __device__ size_t pos_off(bool ok, uint64_t t) const { return (size_t)(ok ? fdec_cache_row(p, t) : 0) * p.ps; }
+    /* the n positions from t are in [.., c1) and ps apart */
+    __device__ bool run(uint64_t t, uint64_t n, uint64_t c1) const { return !p.ring && t + n <= c1; }
+    __device__ size_t run_off(uint64_t t, int i) const { return (size_t)(t + i) * p.ps; } /* position t + i's */
+    __device__ size_t q_row(int r) const { return h0 + r; } /* q's row of D elements */
+    __device__ uint32_t head(int r) const { return h0 + r; }
+    __device__ uint64_t pos(int) const { return p.qpos; }
+    __device__ uint64_t first(int) const { return 0; }
+    __device__ size_t state(int r) const { return (size_t)(h0 + r) * p.nc + chunk; }
+};
+
 /* The dynamic shared memory of the kernel: the ring, and at D > 128 the partial scores the warps of a group
  * exchange */
 template <int D>
@@ -170,10 +204,10 @@ __device__ __forceinline__ void fdec_mma_q_terms(float (&qv)[KS][4], bool qok, f
     }
 }
 
-/* Block (head tile x, chunk y, KV head z). One function of ~230 lines: the copy, score, softmax and output steps are
+/* A block's work is fdec_mma_work<P>'s. One function of ~230 lines: the copy, score, softmax and output steps are
  * lambdas over the same registers (q's terms, o, the state), which the compiler keeps in registers across the loop. */
-template <typename KT, int D, bool STR = false>
-__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM) fdec_mma_kernel(const fdec_cuda_params p) {
+template <typename KT, int D, bool STR = false, typename P = fdec_cuda_params>
+__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM) fdec_mma_kernel(const P p) {
     using S = fdec_mma_shape<D>;
     constexpr int NSTAGE = S::STAGES;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
@@ -183,8 +217,13 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gq = lane >> 2, cq = lane & 3; /* the MMA fragment's row group and column pair */
     const int pg = warp / WD, ds = (warp % WD) * DW;
-    const uint32_t g = blockIdx.z, chunk = blockIdx.y, tile = blockIdx.x, h0 = g * p.R + tile * RT;
-    const int nh = min(RT, (int)(p.R - tile * RT));
+    using W = fdec_mma_work<P>;
+    if constexpr (W::FROM_MEMORY) fdec_grid_wait();
+    const W w(p);
+    const uint32_t chunk = w.chunk;
+    const int nh = w.nh;
+    if constexpr (W::OWN_RANGES)
+        if (nh <= 0) return; /* a head tile past a sequence's rows */
 
     float m = -INFINITY, l = 0.f; /* state of head gq (base 2; l in units of PSCALE), per lane: l is partial */
     float lb = 0.f;               /* l's block (FDEC_MMA_SUM_STEPS) */
@@ -196,9 +235,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
      * `chunk` on (c0 = lo, c1 = hi) */
     constexpr bool STRIDED = D == 128 || D == 64 || STR;
     /* in 64 bits: the last chunk's end may lie past 2^32 */
-    const uint64_t c0 = STRIDED ? (uint64_t)p.lo : (uint64_t)p.lo + (uint64_t)chunk * p.chunk_len,
-                   c1 = STRIDED || c0 + p.chunk_len >= p.hi ? (uint64_t)p.hi : c0 + p.chunk_len;
-    const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
+    const uint64_t c0 = STRIDED ? w.lo() : w.lo() + (uint64_t)chunk * p.chunk_len,
+                   c1 = STRIDED || c0 + p.chunk_len >= w.hi() ? w.hi() : c0 + p.chunk_len;
+    const KT *kbase = (const KT *)p.k + w.kv_base(), *vbase = (const KT *)p.v + w.kv_base();
     const uint32_t total = c1 > c0 ? (uint32_t)((c1 - c0 + NP - 1) / NP) : 0; /* steps of [c0, c1) */
     const int nsteps = !STRIDED ? (int)total : total > chunk ? (int)((total - chunk + p.nc - 1) / p.nc) : 0;
     auto step_base = [&](int step) {
@@ -212,14 +251,17 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     auto vst = [&](int s) { return kst(s) + NP * CH; };
     auto piece = [&](const uint4 *st, int r, int c) { return st + r * CH + (c ^ (r & 7)); };
     float *xs = reinterpret_cast<float *>(smem_raw + (size_t)NSTAGE * SB);
-    fdec_grid_wait(); /* nothing above touches memory an earlier grid may use */
+    if constexpr (!W::FROM_MEMORY) fdec_grid_wait(); /* nothing above touches memory an earlier grid may use */
 
     /* q's loads go out first and are used after the first steps' copies are issued: their latency hides behind
      * the copies' issue */
     float qv[KS][4]; /* q fragments (A operand, row-major 16 x 16 per k-step): rows gq (term 0) and gq + 8 (term 1) */
     const bool qok = gq < nh;
+    const int rq = qok ? gq : 0; /* rows past the tile's load (and mask as) its first row */
+    const uint32_t qhead = w.head(rq);
+    const uint64_t qpos = w.pos(rq), qfirst = w.first(rq);
     {
-        const size_t qrow = (size_t)(h0 + (qok ? gq : 0)) * D; /* rows past the tile's heads load head h0 */
+        const size_t qrow = w.q_row(rq) * D;
         fdec_with_loader(p.q, p.qt, [&](auto ld) {
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
@@ -236,12 +278,13 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
      * for the mask below (src_row). */
     constexpr bool IL = WD == 1;
     auto src_row = [&](int r) { return IL ? (r % PW) * WP + r / PW : r; };
-    const size_t pass_stride = (size_t)S::ROWS_PER_PASS * (IL ? WP : 1) * p.ps; /* elements between this thread's rows */
+    const size_t pass_stride = (size_t)S::ROWS_PER_PASS * (IL ? WP : 1) * w.ps(); /* elements between this thread's rows */
     auto issue = [&](int step, int s) {
         const uint64_t base = step_base(step);
         uint4 *ks_ = kst(s), *vs_ = vst(s);
-        if (!p.ring && base + NP <= c1) { /* every row of the step there and contiguous: pointer steps */
-            const KT *kp = kbase + (size_t)(base + src_row(cp_r)) * p.ps + cp_c * 8, *vp = vbase + (kp - kbase);
+        if (w.run(base, NP, c1)) { /* every row of the step there and ps apart: pointer steps */
+            const KT *kp = kbase + w.run_off(base, src_row(cp_r)) + cp_c * 8,
+                     *vp = vbase + (kp - kbase);
 #pragma unroll
             for (int i = 0; i < S::CR / S::ROWS_PER_PASS; i++) {
                 const int r = cp_r + i * S::ROWS_PER_PASS, at = r * CH + (cp_c ^ (r & 7));
@@ -255,8 +298,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
             const int r = cp_r + i * S::ROWS_PER_PASS;
             const uint64_t t = base + src_row(r);
             const bool ok = t < c1;
-            const uint32_t row = ok ? fdec_cache_row(p, t) : 0;
-            const size_t off = (size_t)row * p.ps + cp_c * 8;
+            const size_t off = w.pos_off(ok, t) + cp_c * 8;
             const int at = r * CH + (cp_c ^ (r & 7));
             fdec_cp_async16_zfill(ks_ + at, kbase + off, ok ? 16u : 0u); /* rows past c1: zero-filled, not read */
             fdec_cp_async16_zfill(vs_ + at, vbase + off, ok ? 16u : 0u);
@@ -334,10 +376,11 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const uint64_t t = pbase + src_row(prow + nt * 8 + 2 * cq + e);
-                /* the logits hook (logits.h); a row past the tile's heads asks for head h0's variant */
-                float x = fdec_logit2(&p.logits, sv[nt][e], qok ? h0 + gq : h0, t, p.qpos);
+                /* the logits hook (logits.h) */
+                float x = fdec_logit2(&p.logits, sv[nt][e], qhead, t, qpos);
                 x = fmaf(0.f, x, x); /* +-inf -> NaN: the head comes out NaN */
-                x = t < c1 ? x : -INFINITY;
+                if constexpr (W::OWN_RANGES) x = t < c1 && t >= qfirst && t <= qpos ? x : -INFINITY;
+                else x = t < c1 ? x : -INFINITY;
                 sv[nt][e] = x;
                 smax = fmaxf(smax, x);
             }
@@ -415,5 +458,5 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         }
     }
     __syncthreads();
-    fdec_block_tail<D, RT, WP>(p, smem, nh, h0, chunk);
+    fdec_block_tail<D, RT, WP>([&](int r) { return w.state(r); }, w.bad(), p.part_o, p.part_m, p.part_l, smem, nh, D);
 }

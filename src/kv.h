@@ -47,8 +47,11 @@ FDEC_HD int fdec_kv_extent(const fdec_kv_layout *L, uint64_t rows, uint32_t G, u
            fdec_size_add(a, b, &ab) && fdec_size_add(ab, D, end);
 }
 
+/* Positions are below 2^32 (seq_len is a uint32_t): the divisions below are 32-bit ones, several times cheaper
+ * than 64-bit ones on the GPU, where they run for every row a copy reads from a page. */
+
 /* The cache row of position t. */
-FDEC_HD uint64_t fdec_kv_row(const fdec_kv_layout *L, uint64_t t) { return L->ring ? t % L->ring : t; }
+FDEC_HD uint64_t fdec_kv_row(const fdec_kv_layout *L, uint64_t t) { return L->ring ? (uint32_t)t % L->ring : t; }
 
 /* The row of position lo + d of a ring whose position lo is in row lo_row, for d < ring: one compare and
  * subtraction instead of a division (the GPU kernels' form, fdec_cache_row). */
@@ -60,14 +63,17 @@ FDEC_HD uint32_t fdec_kv_ring_row(uint32_t ring, uint32_t lo_row, uint32_t d) {
 /* How many of the n positions from t have rows ps apart, starting at pos(t): n, or fewer where the ring or the page
  * ends. The kernels stream such runs. */
 FDEC_HD uint64_t fdec_kv_run(const fdec_kv_layout *L, uint64_t t, uint64_t n) {
-    const uint64_t left = L->page_size ? L->page_size - t % L->page_size : L->ring ? L->ring - t % L->ring : n;
+    const uint64_t left = L->page_size ? L->page_size - (uint32_t)t % L->page_size
+                                       : L->ring ? L->ring - (uint32_t)t % L->ring : n;
     return left < n ? left : n;
 }
 
 /* The element offset of position t's vector of KV head 0. */
 FDEC_HD size_t fdec_kv_pos(const fdec_kv_layout *L, uint64_t t) {
-    if (L->page_size)
-        return (size_t)L->pages[t / L->page_size] * L->page_stride + (size_t)(t % L->page_size) * L->ps;
+    if (L->page_size) {
+        const uint32_t pg = (uint32_t)t / L->page_size;
+        return (size_t)L->pages[pg] * L->page_stride + (size_t)((uint32_t)t - pg * L->page_size) * L->ps;
+    }
     return (size_t)fdec_kv_row(L, t) * L->ps;
 }
 

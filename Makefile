@@ -75,7 +75,7 @@ FLAGS_NOW   := $(CC) $(BASE) $(CFLAGS) $(LDFLAGS) $(NVFLAGS) CUDA=$(CUDA)
 $(shell mkdir -p $(BUILD); [ "`cat $(FLAGS_STAMP) 2>/dev/null`" = "$(FLAGS_NOW)" ] || echo "$(FLAGS_NOW)" > $(FLAGS_STAMP))
 HDRS    := include/flashdec.h $(wildcard src/*.h src/cpu/*.h src/cuda/*.h src/cuda/*.cuh tools/*.h) $(FLAGS_STAMP)
 
-.PHONY: all lib wheel wheel-arm64 test test-arm64 test-arm64-full test-cuda test-python test-torch check-sass sanitize fuzz fuzz-cuda demo bench bench-peer-cpu install clean
+.PHONY: all lib wheel wheel-arm64 test test-arm64 test-arm64-full test-cuda test-python test-torch check-sass sanitize fuzz fuzz-cuda demo bench bench-peer-cpu bench-peer-gpu install clean
 all: $(BUILD)/libflashdec.a $(BUILD)/libflashdec.so $(CUDA_MOD) $(BUILD)/flashdec $(SP_LIB)
 
 $(BUILD)/src/cpu/kern_%.o: src/cpu/kern_%.c src/cpu/kern.h src/cpu/strassen.h src/cpu/simd.h $(HDRS)
@@ -418,6 +418,26 @@ bench-peer-cpu: $(PEER)/llamacpp_peer
 	    ./$(PEER)/llamacpp_peer --name "$${s%%:*} $$kv" --shape $${s##*:} --batch 1 --lens 32768-32768 --kv $$kv \
 	      --threads 2 --reps 7 | tee -a $(BUILD)/bench-peer-cpu.txt; \
 	  done; done
+
+# FlashInfer's batch decode beside fdec_decode_batch over the same paged cache on one GPU (bench/flashinfer_peer.cu):
+# FlashInfer's decode kernels are header-only, taken with the CCCL headers from the flashinfer-python wheel (PyPI;
+# downloaded by $(PEER)/flashinfer, which a GPU machine without the network can be handed), the issue's cases, the
+# table in build/bench-peer-gpu.txt.
+FLASHINFER_PY := 0.7.4
+FI_DATA := $(PEER)/flashinfer/flashinfer/data
+$(PEER)/flashinfer/.extracted:
+	mkdir -p $(PEER)/flashinfer
+	cd $(PEER)/flashinfer && python3 -m pip download -q --no-deps flashinfer-python==$(FLASHINFER_PY) -d . && \
+	  python3 -m zipfile -e flashinfer_python-$(FLASHINFER_PY)-py3-none-any.whl x && mkdir -p flashinfer/data && \
+	  mv x/flashinfer/data/include x/flashinfer/data/cccl flashinfer/data/ && rm -rf x *.whl
+	touch $@
+$(PEER)/flashinfer_peer: bench/flashinfer_peer.cu $(PEER)/flashinfer/.extracted $(BUILD)/libflashdec.so $(CUDA_MOD)
+	$(NVCC) -std=c++17 -O3 $(CUDA_GENCODE) --expt-relaxed-constexpr -I$(FI_DATA)/include \
+	  -I$(FI_DATA)/cccl/libcudacxx/include -I$(FI_DATA)/cccl/cub -I$(FI_DATA)/cccl/thrust -Iinclude $< -o $@ \
+	  -L$(BUILD) -l:libflashdec.so -Xlinker -rpath=$(CURDIR)/$(BUILD)
+bench-peer-gpu: $(PEER)/flashinfer_peer
+	./$(PEER)/flashinfer_peer --preset llama3-8b,lfm2,gemma4-sliding,gemma4-full --batch 1,8,32,128 \
+	  --len 1024,8192,32768 --page-size 16 --reps 7 | tee $(BUILD)/bench-peer-gpu.txt
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/flashdec $(DESTDIR)$(PREFIX)/bin

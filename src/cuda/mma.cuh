@@ -1,4 +1,5 @@
-/* mma.cuh — the tensor-core decode kernel for 16-bit K/V at head_dim 64, 128, 256 and 512.
+/* mma.cuh — the tensor-core decode kernel for 16-bit K/V at head_dim 64, 128, 256 and 512, for fdec_decode and for a
+ * batch's sequences (what a block works on is fdec_mma_work's, below).
  *
  * Why: the SIMT kernel (simt.cuh) issues about 75 instructions per K/V row and warp at 4 Q heads per KV head, which
  * caps it near 2.2 TB/s on the H200. Here each block stages K and V rows in shared memory with cp.async and computes

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build, test and benchmark the CUDA backend on a GPU machine in one go (the device tool runs it there).
-#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [variants] [batch] [peer] [py] [hf] [gpus] [ncu]
-#   (no argument: all but ncu)
+#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [variants] [batch] [peer] [py] [hf] [gpus] [ncu] [flashinfer]
+#   (no argument: all but ncu and flashinfer)
 # Logs and JSON go to $OUT (the device tool's output folder) or bench/results.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +58,11 @@ if has hf; then # transformers: a Llama-3-8B-shaped stack through SDPA and flash
       --preset llama3-8b --layers 4 --context $c --random-cache --new-tokens 32 --device cuda --dtype bfloat16 \
       --profile 2>&1 | tee "$OUT/hf-$c.log" | grep -E "ms a token|profile,|greedy" || rc=1
   done
+fi
+if has flashinfer; then # FlashInfer's batch decode beside flashdec (make bench-peer-gpu): its headers must be in
+  # build/peer/flashinfer already (`make build/peer/flashinfer/.extracted` where PyPI is reachable, then carry the folder)
+  timeout 400 make CUDA=1 CUDA_GENCODE="-gencode arch=compute_90,code=sm_90" bench-peer-gpu 2>&1 \
+    | tee "$OUT/bench-peer-gpu.log" | grep -vE "^(nvcc|cc|ar) " || rc=1
 fi
 if has ncu; then # Nsight Compute sections of each kernel of one call per case (NCU_CASES="preset:ctx ...")
   for c in ${NCU_CASES:-gemma4-sliding:32768 gemma4-full:32768 lfm2:131072 llama3-8b:1024}; do

@@ -130,12 +130,17 @@ def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
+_TORCH_CODES = None  # torch dtype -> the library's code, made on first use
+
+
 def _dtype_code(x, what):
+    global _TORCH_CODES
     if _is_torch(x):
-        import torch
-        codes = {torch.float32: _F32, torch.float16: _F16, torch.bfloat16: _BF16,
-                 getattr(torch, "float8_e4m3fn", None): _E4M3, getattr(torch, "float8_e5m2", None): _E5M2}
-        code = codes.get(x.dtype)
+        if _TORCH_CODES is None:
+            import torch
+            _TORCH_CODES = {torch.float32: _F32, torch.float16: _F16, torch.bfloat16: _BF16,
+                            getattr(torch, "float8_e4m3fn", None): _E4M3, getattr(torch, "float8_e5m2", None): _E5M2}
+        code = _TORCH_CODES.get(x.dtype)
     else:
         name = getattr(getattr(x, "dtype", None), "name", None)
         code = {"float32": _F32, "float16": _F16, "bfloat16": _BF16, "float8_e4m3fn": _E4M3,

@@ -35,7 +35,7 @@ struct Bound {
                   void *out, float *lse);
     int (*decode_batch)(void *ctx, const void *layer, const void *batch, const void *q, const void *k,
                         const void *v, void *out, float *lse);
-    size_t layer_size, batch_size, off_seq_lens, off_q_lens, off_page_table;
+    size_t layer_size, batch_size, off_seq_lens, off_q_lens, off_page_table, off_pos_stride, off_head_stride;
 } bound;
 
 struct KeyHash {
@@ -55,6 +55,7 @@ struct Setup {
 // Per thread, as ops.py's contexts are (a context serves one thread at a time); bounded as ops.py's cache is.
 struct Memo {
     std::unordered_map<Key, Setup, KeyHash> map;
+    int64_t hits = 0, patched = 0, setups = 0; /* calls served from a copy, from a copy with k's strides, by ops.py */
     Setup *find(const Key &k) {
         auto it = map.find(k);
         return it == map.end() ? nullptr : &it->second;
@@ -72,13 +73,24 @@ int64_t bits(double x) {
     return b;
 }
 
-void add_tensor(Key &k, const at::Tensor &t, bool rows) {
+void add_tensor(Key &k, const at::Tensor &t, bool rows, bool strides = true) {
     k.push_back(t.dim());
     k.push_back((int64_t)t.scalar_type());
     k.push_back((int64_t)t.device().type());
     k.push_back(t.device().index());
     for (int64_t d = rows ? 0 : 1; d < t.dim(); d++) k.push_back(t.size(d));
-    for (int64_t d = 0; d < t.dim(); d++) k.push_back(t.stride(d));
+    if (strides)
+        for (int64_t d = 0; d < t.dim(); d++) k.push_back(t.stride(d));
+    else
+        k.push_back(-1); /* a key without strides is never one with them */
+}
+
+// k and v [rows][kv_heads][dim] of an element type (not uint8 block storage) with several rows and KV heads, alike,
+// the dim contiguous: ops.py's _layer_from then takes the layer's two strides as k's strides are. A set-up made for other strides serves such a call with them
+// written in: a DynamicCache's tensor is a new one every step, its rows longer, so its strides change every call.
+bool plain_strides(const at::Tensor &k, const at::Tensor &v) {
+    return k.dim() == 3 && v.dim() == 3 && k.sizes() == v.sizes() && k.strides() == v.strides() && k.size(0) > 1 &&
+           k.size(1) > 1 && k.stride(2) == 1 && k.stride(0) > 0 && k.stride(1) > 0;
 }
 
 // An optional tensor the set-up may keep by address (per-head arrays: it keeps them only where it reads them in place).
@@ -117,7 +129,7 @@ bool lse_ok(const OptT &lse, const at::Tensor &q, int64_t rows, int64_t H) {
     return shape && l.scalar_type() == at::kFloat && l.is_contiguous() && l.device() == q.device();
 }
 
-void store(const std::vector<int64_t> &addr, Key key, bool batch) {
+void store(const std::vector<int64_t> &addr, Key key, bool batch) { /* addr: the set-up operator's answer */
     if (addr.size() != (batch ? 3u : 2u)) return; // not to be repeated from a copy
     Setup s;
     const auto *lay = reinterpret_cast<const unsigned char *>((uintptr_t)addr[0]);
@@ -138,23 +150,39 @@ void decode_into(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, 
                  const OptT &v_scales, OptStr kv_dtype, int64_t threads, const at::Tensor &out, const OptT &lse) {
     const int64_t seq_len = seq_len_s.expect_int();
     // the rows of k and v are not in the key (a growing cache keeps its set-up): checked below
-    Key key;
-    key.reserve(64);
-    add_tensor(key, q, true), add_tensor(key, k, false), add_tensor(key, v, false), add_tensor(key, out, true);
-    key.push_back(k.dim() >= 1 && k.size(0) > 1); // one row: its row stride is not the layer's
-    add_stream(key, q);
-    for (int64_t x : {window, ring_capacity, bits(scale), bits(softcap), bits(k_scale), bits(v_scale), threads})
-        key.push_back(x);
-    add_str(key, kv_dtype);
-    for (const OptT *t : {&sinks, &alibi_slopes, &k_scales, &v_scales}) add_pointer(key, *t);
-    if (bound.decode) {
+    auto describe = [&](bool kv_strides) {
+        Key key;
+        key.reserve(64);
+        add_tensor(key, q, true), add_tensor(key, k, false, kv_strides), add_tensor(key, v, false, kv_strides);
+        add_tensor(key, out, true);
+        key.push_back(k.dim() >= 1 && k.size(0) > 1); // one row: its row stride is not the layer's
+        add_stream(key, q);
+        for (int64_t x : {window, ring_capacity, bits(scale), bits(softcap), bits(k_scale), bits(v_scale), threads})
+            key.push_back(x);
+        add_str(key, kv_dtype);
+        for (const OptT *t : {&sinks, &alibi_slopes, &k_scales, &v_scales}) add_pointer(key, *t);
+        return key;
+    };
+    Key key = describe(true);
+    const bool plain = !kv_dtype.has_value() && plain_strides(k, v); // (block storage's strides are not k's)
+    Key shape_key = plain ? describe(false) : Key();
+    const int64_t need = ring_capacity ? ring_capacity : seq_len;
+    if (bound.decode && seq_len >= 1 && seq_len <= UINT32_MAX && k.dim() >= 1 && v.dim() >= 1 &&
+        k.size(0) >= need && v.size(0) == k.size(0) && lse_ok(lse, q, -1, q.dim() == 2 ? q.size(0) : -1)) {
         const Setup *s = memo.find(key);
-        const int64_t need = ring_capacity ? ring_capacity : seq_len;
-        if (s && seq_len >= 1 && seq_len <= UINT32_MAX && k.dim() >= 1 && v.dim() >= 1 && k.size(0) >= need &&
-            v.size(0) == k.size(0) && lse_ok(lse, q, -1, q.dim() == 2 ? q.size(0) : -1) &&
-            bound.decode(s->ctx, s->layer.data(), (uint32_t)seq_len, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                         out.data_ptr(), lse.has_value() ? lse->data_ptr<float>() : nullptr) == 0)
+        std::vector<unsigned char> patched;
+        if (!s && plain && (s = memo.find(shape_key))) { // the same call but for k's strides: written in
+            patched = s->layer;
+            const size_t ps = (size_t)k.stride(0), hs = (size_t)k.stride(1);
+            std::memcpy(patched.data() + bound.off_pos_stride, &ps, sizeof ps);
+            std::memcpy(patched.data() + bound.off_head_stride, &hs, sizeof hs);
+        }
+        if (s && bound.decode(s->ctx, patched.empty() ? s->layer.data() : patched.data(), (uint32_t)seq_len,
+                              q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                              lse.has_value() ? lse->data_ptr<float>() : nullptr) == 0) {
+            (patched.empty() ? memo.hits : memo.patched)++;
             return;
+        }
     }
     static auto setup = c10::Dispatcher::singleton()
                             .findSchemaOrThrow("flashdec::_decode_setup", "")
@@ -162,9 +190,12 @@ void decode_into(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, 
                                                         c10::SymInt, int64_t, int64_t, double, double, const OptT &,
                                                         const OptT &, double, double, const OptT &, const OptT &,
                                                         OptStr, int64_t, const at::Tensor &, const OptT &)>();
-    store(setup.call(q, k, v, seq_len_s, window, ring_capacity, scale, softcap, sinks, alibi_slopes, k_scale, v_scale,
-                     k_scales, v_scales, kv_dtype, threads, out, lse),
-          std::move(key), false);
+    memo.setups++;
+    const std::vector<int64_t> made = setup.call(q, k, v, seq_len_s, window, ring_capacity, scale, softcap, sinks,
+                                                 alibi_slopes, k_scale, v_scale, k_scales, v_scales, kv_dtype, threads,
+                                                 out, lse);
+    store(made, std::move(key), false);
+    if (plain) store(made, std::move(shape_key), false);
 }
 
 std::tuple<at::Tensor, at::Tensor> decode(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
@@ -215,8 +246,10 @@ void decode_batch_into(const at::Tensor &q, const at::Tensor &k, const at::Tenso
             };
             set(bound.off_seq_lens, seq_lens), set(bound.off_q_lens, q_lens), set(bound.off_page_table, page_table);
             if (bound.decode_batch(s->ctx, s->layer.data(), b.data(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                   out.data_ptr(), lse.has_value() ? lse->data_ptr<float>() : nullptr) == 0)
+                                   out.data_ptr(), lse.has_value() ? lse->data_ptr<float>() : nullptr) == 0) {
+                memo.hits++;
                 return;
+            }
         }
     }
     static auto setup = c10::Dispatcher::singleton()
@@ -225,6 +258,7 @@ void decode_batch_into(const at::Tensor &q, const at::Tensor &k, const at::Tenso
                                                         const at::Tensor &, const OptT &, const OptT &, int64_t,
                                                         double, double, const OptT &, const OptT &, c10::SymInt,
                                                         int64_t, int64_t, const at::Tensor &, const OptT &)>();
+    memo.setups++;
     store(setup.call(q, k, v, seq_lens, q_lens, page_table, window, scale, softcap, sinks, alibi_slopes,
                      max_seq_len_s, max_q_len, threads, out, lse),
           std::move(key), true);
@@ -244,18 +278,27 @@ std::tuple<at::Tensor, at::Tensor> decode_batch(const at::Tensor &q, const at::T
 }
 
 // flashdec::_bind(fns): ops.py hands over the library's entry points and its structs' geometry (ctypes knows them):
-// [fdec_decode, fdec_decode_batch, sizeof layer, sizeof batch, offsets of batch.seq_lens, q_lens, page_table].
+// [fdec_decode, fdec_decode_batch, sizeof layer, sizeof batch, offsets of batch.seq_lens, q_lens, page_table,
+// offsets of layer.kv_pos_stride, kv_head_stride].
 void bind(c10::ArrayRef<int64_t> a) {
-    TORCH_CHECK_VALUE(a.size() == 7, "flashdec::_bind takes 7 values, got ", a.size());
+    TORCH_CHECK_VALUE(a.size() == 9, "flashdec::_bind takes 9 values, got ", a.size());
     bound.decode = reinterpret_cast<decltype(bound.decode)>((uintptr_t)a[0]);
     bound.decode_batch = reinterpret_cast<decltype(bound.decode_batch)>((uintptr_t)a[1]);
     bound.layer_size = (size_t)a[2], bound.batch_size = (size_t)a[3];
     bound.off_seq_lens = (size_t)a[4], bound.off_q_lens = (size_t)a[5], bound.off_page_table = (size_t)a[6];
+    bound.off_pos_stride = (size_t)a[7], bound.off_head_stride = (size_t)a[8];
 }
 
 } // namespace
 
-TORCH_LIBRARY_FRAGMENT(flashdec, m) { m.def("_bind(int[] fns) -> ()", bind); }
+// flashdec::_memo_stats(): this thread's calls so far served from a copy, from a copy with k's strides written in, and
+// through ops.py's set-up (for the tests, which check that repeated calls take the copies).
+std::vector<int64_t> memo_stats() { return {memo.hits, memo.patched, memo.setups}; }
+
+TORCH_LIBRARY_FRAGMENT(flashdec, m) {
+    m.def("_bind(int[] fns) -> ()", bind);
+    m.def("_memo_stats() -> int[]", memo_stats);
+}
 
 TORCH_LIBRARY_IMPL(flashdec, CPU, m) {
     m.impl("decode", decode), m.impl("decode_into", decode_into);

@@ -236,7 +236,8 @@ def _load_extension():
         torch.ops.flashdec._bind([_C.cast(_f._lib.fdec_decode, _C.c_void_p).value,
                                   _C.cast(_f._lib.fdec_decode_batch, _C.c_void_p).value, _C.sizeof(_f._LayerC),
                                   _C.sizeof(_f._BatchC), _f._BatchC.seq_lens.offset, _f._BatchC.q_lens.offset,
-                                  _f._BatchC.page_table.offset])
+                                  _f._BatchC.page_table.offset, _f._LayerC.kv_pos_stride.offset,
+                                  _f._LayerC.kv_head_stride.offset])
         return True
     except Exception as e:  # noqa: BLE001 (any failure of the build leaves the Python kernels)
         _warnings.warn(f"flashdec: the C++ kernels of torch.ops.flashdec could not be built ({type(e).__name__}: "

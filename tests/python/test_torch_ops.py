@@ -137,6 +137,19 @@ def test_repeated_calls_follow_the_cache(device):
         out = torch.ops.flashdec.decode(q, k[:n], v[:n], n)[0]
         ref = reference(np64(q), np64(k[:n]), np64(v[:n]), n)[0]
         assert np.abs(np64(out) - ref).max() < 2e-5, n
+    # a cache that is a new tensor every step, one row longer ([kv_heads][rows][dim], as transformers' DynamicCache
+    # holds it): new strides each call, the set-up reused with them
+    stats = torch.ops.flashdec._memo_stats() if flashdec.ops.EXTENSION else None
+    for n in range(40, 48):
+        kb = (torch.rand((G, n, D), generator=g) * 2 - 1).to(device)
+        vb = (torch.rand((G, n, D), generator=g) * 2 - 1).to(device)
+        out = torch.ops.flashdec.decode(q, kb.transpose(0, 1), vb.transpose(0, 1), n)[0]
+        ref = reference(np64(q), np64(kb.transpose(0, 1)), np64(vb.transpose(0, 1)), n)[0]
+        assert np.abs(np64(out) - ref).max() < 2e-5, n
+    if stats is not None:  # the C++ kernels took the copy with the new strides for all but the first
+        assert torch.ops.flashdec._memo_stats()[1] - stats[1] >= 7
+    with pytest.raises(ValueError, match="strides"):  # k and v apart in strides: still refused
+        torch.ops.flashdec.decode(q, kb.transpose(0, 1), vb.transpose(0, 1).contiguous(), 47)
     import threading
     errors = []
 

@@ -1,8 +1,9 @@
 // _torch_ops.cpp — the CPU and CUDA kernels of torch.ops.flashdec.decode, decode_into, decode_batch and
 // decode_batch_into in C++, so that a repeated call costs the dispatcher's few microseconds, not Python's.
 //
-// This file holds no rule of its own about tensors: ops.py's Python functions are the one place of the checks and of
-// how tensors become flashdec's layer and batch structs. Each kernel here is a memo over them. It keys a call by what
+// ops.py's Python functions are the one place of the checks and of how tensors become flashdec's layer and batch
+// structs; each kernel here is a memo over them. The one rule this file repeats is theirs for plain K/V views, whose
+// two layer strides are the tensor's (plain_strides: so that a cache that is a new tensor every step keeps its copy). It keys a call by what
 // its structs depend on (every tensor's shape, strides, dtype and device, the scalar arguments, the per-head arrays'
 // addresses, the current stream), and
 //   - on a hit, checks what the key leaves out (seq_len against the rows, lse, the token counts on the CPU), sets the

@@ -147,17 +147,31 @@ static int heads_per_block(const cuda_impl *c, const fdec_problem *p, int fast, 
     return rt;
 }
 
+/* The fast shapes: head_dim 64, 128, 256 or 512 with every row 16-byte aligned (the caches at kaddr and vaddr, the
+ * position and head strides, and a batch's sequence or page stride `seq`, 0 for a single call). */
+static int fast_rows(const fdec_problem *p, size_t seq, uint64_t kaddr, uint64_t vaddr) {
+    const size_t es = fdec_dtype_size(p->kvt);
+    return (p->D == 64 || p->D == 128 || p->D == 256 || p->D == 512) && (p->kv.ps * es) % 16 == 0 &&
+           (p->kv.hs * es) % 16 == 0 && (seq * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
+}
+
+/* Whether the tensor-core kernel serves a call (or a batch) of this shape: 16-bit K/V on the fast shapes (head_dim
+ * 64-512, 16-byte aligned rows: `fast`) where the device lets a block have its shared memory, unless the tests ask
+ * for the SIMT kernel. */
+static int use_mma(const cuda_impl *c, const fdec_problem *p, int fast) {
+    return fast && fdec_dtype_size(p->kvt) == 2 && !c->simt_only &&
+           mma_smem(p->D) + FDEC_CUDA_STATIC_SMEM_MAX <= c->smem_optin;
+}
+
 /* Which kernel family serves the call and its head tiles: the tensor-core kernel (8 heads a tile) for 16-bit K/V on
  * the fast shapes (head_dim 64-512, 16-byte aligned rows) where the device lets a block have its shared memory (every
  * instance fits an A100's 163 KiB and the 99 KiB of an sm_86/89 card); the SIMT kernel otherwise. */
 static void choose_kernel(const cuda_impl *c, const fdec_problem *p, uint64_t kaddr, uint64_t vaddr, launch_plan *lp) {
     const size_t es = fdec_dtype_size(p->kvt);
-    const int dfast = p->D == 64 || p->D == 128 || p->D == 256 || p->D == 512;
-    lp->fast = dfast && (p->kv.ps * es) % 16 == 0 && (p->kv.hs * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
+    lp->fast = fast_rows(p, 0, kaddr, vaddr);
     const uint32_t vec = (uint32_t)(16 / es), lanes_per_row = p->D / vec < 32 ? p->D / vec : 32;
     const int elems = lp->fast ? (int)(p->D / lanes_per_row) : FDEC_MAX_HEAD_DIM / 32; /* as fdec_shape */
-    lp->mma = lp->fast && es == 2 && !c->simt_only;
-    if (lp->mma && mma_smem(p->D) + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin) lp->mma = 0;
+    lp->mma = use_mma(c, p, lp->fast);
     /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them; the block sums'
      * totals follow it where they are kept in shared memory (every instance of that tile gets the room) */
     lp->pipe = lp->mma ? mma_smem(p->D) : lp->fast ? fdec_pipe_bytes<__half, 128>() : 0;
@@ -491,18 +505,15 @@ typedef struct {
 } batch_plan;
 
 /* A batch's plan: the kernel by the shape and alignment (kaddr, vaddr: the caches; 0 for a reserve) as a single
- * call's (choose_kernel: the tensor-core kernel for 16-bit caches on its shapes, else the SIMT one), the split of
+ * call's (use_mma: the tensor-core kernel for 16-bit caches on its shapes, else the SIMT one), the split of
  * the batch's largest problem (bp->p: max_seq_len positions, max_q_len tokens) for FDEC_CUDA_BLOCKS_PER_SM blocks an
  * SM as if it were alone. Nothing depends on num_seqs but the rows, so a sequence's chunks, and bits, are its own. */
 static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *bp, uint64_t kaddr, uint64_t vaddr) {
     const fdec_problem *p = &bp->p;
     const fdec_batch *b = bp->b;
-    const size_t es = fdec_dtype_size(p->kvt);
-    const size_t seq = b->page_size ? p->kv.page_stride : b->kv_seq_stride;
-    const int fast = (p->D == 64 || p->D == 128 || p->D == 256 || p->D == 512) && (p->kv.ps * es) % 16 == 0 &&
-                     (p->kv.hs * es) % 16 == 0 && (seq * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
+    const int fast = fast_rows(p, b->page_size ? p->kv.page_stride : b->kv_seq_stride, kaddr, vaddr);
     batch_plan bl;
-    const int mma = fast && es == 2 && !c->simt_only && mma_smem(p->D) + FDEC_CUDA_STATIC_SMEM_MAX <= c->smem_optin;
+    const int mma = use_mma(c, p, fast);
     switch (p->kvt) {
     case FDEC_F16: bl.fn = mma ? pick_batch_mma<__half>(p->D) : pick_batch<__half>(p->D, fast); break;
     case FDEC_BF16: bl.fn = mma ? pick_batch_mma<__nv_bfloat16>(p->D) : pick_batch<__nv_bfloat16>(p->D, fast); break;

@@ -146,12 +146,11 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
             lse[r] = sbad[r] ? NAN : sL[r] == 0.f && sM[r] == -INFINITY ? -INFINITY : fdec_state_lse(sM[r], sL[r]);
 }
 
-/* The end of a tensor-core block: merges its NS partial states (in shared memory: m[NS][RT] in base 2, l[NS][RT],
- * o[NS][RT][Dr], Dr = D or, for D = 0, the call's head_dim) into the chunk state of each row r < nh, at index
- * state(r) of the scratch's part_* arrays (m in natural-log units). A chunk whose o came out non-finite (an inf in
- * V, a NaN anywhere), or whose work is bad (a batch's sequence the check kernel refused), gets m = l = NaN, so that
- * the merge makes its row NaN. The states
- * are merged by the merge kernel launched right after this kernel.
+/* The end of a decode block (the SIMT and tensor-core kernels'): merges its NS partial states (in shared memory:
+ * m[NS][RT] in base 2, l[NS][RT], o[NS][RT][Dr], Dr = D or, for D = 0, the call's head_dim) into the chunk state of
+ * each row r < nh, at index state(r) of the scratch's part_* arrays (m in natural-log units). A chunk whose o came out
+ * non-finite (an inf in V, a NaN anywhere), or whose work is bad (a batch's sequence the check kernel refused), gets
+ * m = l = NaN, so that the merge makes its row NaN. The merge kernel launched right after this one merges the states.
  * Each (state, head)'s weight is taken once, before the loop over the elements, and where D is a compile-time
  * multiple of 4 a thread moves 4 elements a pass (16-byte loads and stores). */
 template <int D, int RT, int NS, typename StateIndex>

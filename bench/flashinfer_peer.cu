@@ -251,7 +251,7 @@ static double max_diff(const Batch &b, size_t n) {
     double d = 0;
     for (size_t i = 0; i < n; i++) {
         const double e = fabs((double)__half2float(x[i]) - (double)__half2float(y[i]));
-        d = e == e && e <= d ? d : e == e ? e : INFINITY;
+        if (!(e <= d)) d = e == e ? e : INFINITY; /* a NaN on either side: infinite */
     }
     return d;
 }

@@ -1,6 +1,7 @@
 """What a call through PyTorch costs above the C call: fdec_decode through ctypes with a prepared layer (the C call
-and ctypes' own cost), torch.ops.flashdec.decode, decode_into and flashdec.decode on tensors, for one Llama-3-8B layer
-(32 query heads, 8 KV heads, head_dim 128, f16) over a short cache, on the CPU, the four alternated; medians.
+and ctypes' own cost), torch.ops.flashdec.decode, decode_into, flashdec.decode on tensors, and the operator on a cache
+whose tensor is new every call (new strides, as a DynamicCache's), for one Llama-3-8B layer (32 query heads, 8 KV
+heads, head_dim 128, f16) over a short cache, on the CPU, alternated; medians.
 
     python bench/torch_overhead.py [--positions 16] [--threads 1] [--rounds 3]
 
@@ -8,6 +9,7 @@ and ctypes' own cost), torch.ops.flashdec.decode, decode_into and flashdec.decod
 """
 import argparse
 import ctypes
+import itertools
 import statistics
 import time
 
@@ -43,12 +45,23 @@ def main():
     lay, ctx = flashdec._decode_into(q, k, v, out, lse, seq_len=L, threads=T)
     c_fn, lay_ref = flashdec._lib.fdec_decode, ctypes.byref(lay)
     op, into = torch.ops.flashdec.decode.default, torch.ops.flashdec.decode_into.default
+    # a cache that is a new tensor every call, as transformers' DynamicCache makes it: [kv_heads][rows][dim] views of
+    # other row counts (so other strides), more of them than any set-up cache holds, taken in turn
+    pool = torch.randn(G * (L + 512) * D).half()
+    views = [pool[:G * (L + j) * D].view(G, L + j, D).transpose(0, 1) for j in range(512)]
+    turn = itertools.cycle(views)
+
+    def new_strides():
+        kv = next(turn)
+        return op(q, kv, kv, L, threads=T)
+
     calls = {
         "fdec_decode via ctypes": lambda: c_fn(ctx, lay_ref, L, q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                                out.data_ptr(), lse.data_ptr()),
         "torch.ops.flashdec.decode": lambda: op(q, k, v, L, threads=T),
         "torch.ops.flashdec.decode_into": lambda: into(q, k, v, L, threads=T, out=out, lse=lse),
         "flashdec.decode (tensors)": lambda: flashdec.decode(q, k, v, seq_len=L, threads=T),
+        "decode, new K/V strides each call": new_strides,
     }
     results = {name: [] for name in calls}
     with torch.inference_mode():
@@ -60,7 +73,7 @@ def main():
           f"operators' kernels: {'C++ (_torch_ops.cpp)' if flashdec.ops.EXTENSION else 'Python (flashdec/ops.py)'}")
     for name, r in results.items():
         m = statistics.median(r)
-        print(f"  {name:32s} {m:7.2f} us   (+{m - base:.2f} over the ctypes call)")
+        print(f"  {name:36s} {m:7.2f} us   (+{m - base:.2f} over the ctypes call)")
 
 
 if __name__ == "__main__":

@@ -166,22 +166,20 @@ void decode_into(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, 
     };
     Key key = describe(true);
     const bool plain = !kv_dtype.has_value() && plain_strides(k, v); // (block storage's strides are not k's)
-    Key shape_key = plain ? describe(false) : Key();
+    Key shape_key; /* the key without k's and v's strides, made only where the full key misses */
     const int64_t need = ring_capacity ? ring_capacity : seq_len;
     if (bound.decode && seq_len >= 1 && seq_len <= UINT32_MAX && k.dim() >= 1 && v.dim() >= 1 &&
         k.size(0) >= need && v.size(0) == k.size(0) && lse_ok(lse, q, -1, q.dim() == 2 ? q.size(0) : -1)) {
-        const Setup *s = memo.find(key);
-        std::vector<unsigned char> patched;
-        if (!s && plain && (s = memo.find(shape_key))) { // the same call but for k's strides: written in
-            patched = s->layer;
+        Setup *s = memo.find(key);
+        const bool patched = !s && plain && (s = memo.find(shape_key = describe(false)));
+        if (patched) { // the same call but for k's strides: written into this thread's copy
             const size_t ps = (size_t)k.stride(0), hs = (size_t)k.stride(1);
-            std::memcpy(patched.data() + bound.off_pos_stride, &ps, sizeof ps);
-            std::memcpy(patched.data() + bound.off_head_stride, &hs, sizeof hs);
+            std::memcpy(s->layer.data() + bound.off_pos_stride, &ps, sizeof ps);
+            std::memcpy(s->layer.data() + bound.off_head_stride, &hs, sizeof hs);
         }
-        if (s && bound.decode(s->ctx, patched.empty() ? s->layer.data() : patched.data(), (uint32_t)seq_len,
-                              q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                              lse.has_value() ? lse->data_ptr<float>() : nullptr) == 0) {
-            (patched.empty() ? memo.hits : memo.patched)++;
+        if (s && bound.decode(s->ctx, s->layer.data(), (uint32_t)seq_len, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                              out.data_ptr(), lse.has_value() ? lse->data_ptr<float>() : nullptr) == 0) {
+            (patched ? memo.patched : memo.hits)++;
             return;
         }
     }
@@ -196,7 +194,7 @@ void decode_into(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, 
                                                  alibi_slopes, k_scale, v_scale, k_scales, v_scales, kv_dtype, threads,
                                                  out, lse);
     store(made, std::move(key), false);
-    if (plain) store(made, std::move(shape_key), false);
+    if (plain) store(made, shape_key.empty() ? describe(false) : std::move(shape_key), false);
 }
 
 std::tuple<at::Tensor, at::Tensor> decode(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
@@ -227,26 +225,21 @@ void decode_batch_into(const at::Tensor &q, const at::Tensor &k, const at::Tenso
     for (int64_t x : {window, bits(scale), bits(softcap), max_seq_len, max_q_len, threads}) key.push_back(x);
     for (const OptT *t : {&sinks, &alibi_slopes}) add_pointer(key, *t);
     if (bound.decode_batch) {
-        const Setup *s = memo.find(key);
+        Setup *s = memo.find(key);
         bool ok = s && q.dim() == 3 && lse_ok(lse, q, q.size(0), q.size(1));
         if (ok && !q.is_cuda() && q_lens.has_value()) { // on the CPU the token counts must add up to q's rows
-            int64_t rows = 0;
-            if (q_lens->scalar_type() == at::kInt) { // as a hit's lengths are: int32 (or uint32), contiguous
-                const uint32_t *n = static_cast<const uint32_t *>(q_lens->data_ptr());
-                for (int64_t i = 0; i < q_lens->numel(); i++) rows += n[i];
-            } else {
-                rows = q_lens->sum().item<int64_t>();
-            }
+            int64_t rows = 0; // a hit's token counts are as ops.py caches them: 32-bit, contiguous
+            const uint32_t *n = static_cast<const uint32_t *>(q_lens->data_ptr());
+            for (int64_t i = 0; i < q_lens->numel(); i++) rows += n[i];
             ok = rows == q.size(0);
         }
-        if (ok) {
-            std::vector<unsigned char> b = s->batch;
+        if (ok) { // this call's lengths and pages, written into this thread's copy of the batch struct
             auto set = [&](size_t off, const OptT &t) {
                 void *p = t.has_value() ? t->data_ptr() : nullptr;
-                std::memcpy(b.data() + off, &p, sizeof p);
+                std::memcpy(s->batch.data() + off, &p, sizeof p);
             };
             set(bound.off_seq_lens, seq_lens), set(bound.off_q_lens, q_lens), set(bound.off_page_table, page_table);
-            if (bound.decode_batch(s->ctx, s->layer.data(), b.data(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+            if (bound.decode_batch(s->ctx, s->layer.data(), s->batch.data(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                    out.data_ptr(), lse.has_value() ? lse->data_ptr<float>() : nullptr) == 0) {
                 memo.hits++;
                 return;

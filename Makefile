@@ -249,8 +249,8 @@ test-python: wheel
 # The torch operators and the transformers integration (tests/python/test_torch_ops.py, test_transformers.py,
 # examples/hf_generate.py) in build/venv-torch with torch and transformers from PyPI: a few GB, so not part of
 # `make test`, whose Python tests skip them with a message. The operators' tests run twice: with the C++ kernels
-# (flashdec/_torch_ops.cpp, compiled on first import) and with the Python ones (FLASHDEC_TORCH_EXT=0). TORCH_PIP picks the torch (e.g. "torch --index-url
-# https://download.pytorch.org/whl/cpu" for the CPU-only build).
+# (flashdec/_torch_ops.cpp, compiled on first import) and with the Python ones (FLASHDEC_TORCH_EXT=0). TORCH_PIP
+# picks the torch (e.g. "torch --index-url https://download.pytorch.org/whl/cpu" for the CPU-only build).
 TORCH_VENV := $(BUILD)/venv-torch
 TORCH_PIP ?= torch
 test-torch: wheel

@@ -64,6 +64,7 @@ char *describe(const fd_problem *pr, char *buf, size_t n) {
 int inputs_make(inputs *in, const fd_problem *pr) {
     memset(in, 0, sizeof *in);
     in->sinks = pr->layer.sinks, in->alibi = pr->layer.alibi_slopes;
+    in->kscales = pr->layer.k_scales, in->vscales = pr->layer.v_scales;
     if (!g_cuda) {
         in->q = pr->q, in->k = pr->k, in->v = pr->v;
         return 0;
@@ -83,6 +84,15 @@ int inputs_make(inputs *in, const fd_problem *pr) {
         if (!(in->dalibi = fd_dev_alloc(hb)) || fd_h2d(in->dalibi, in->alibi, hb)) return -1;
         in->alibi = in->dalibi;
     }
+    const size_t gb = pr->p.G * sizeof(float);
+    if (in->kscales) {
+        if (!(in->dks = fd_dev_alloc(gb)) || fd_h2d(in->dks, in->kscales, gb)) return -1;
+        in->kscales = in->dks;
+    }
+    if (in->vscales) {
+        if (!(in->dvs = fd_dev_alloc(gb)) || fd_h2d(in->dvs, in->vscales, gb)) return -1;
+        in->vscales = in->dvs;
+    }
     return 0;
 }
 
@@ -92,6 +102,8 @@ void inputs_free(inputs *in) {
     fd_dev_free(in->dv);
     fd_dev_free(in->dsinks);
     fd_dev_free(in->dalibi);
+    fd_dev_free(in->dks);
+    fd_dev_free(in->dvs);
 }
 
 /* Poisons b, runs the decode (on the device under --cuda, with the guards and poison copied there and the
@@ -99,7 +111,7 @@ void inputs_free(inputs *in) {
 fdec_status decode_into(fdec_context *ctx, const fd_problem *pr, const inputs *in, outbuf *b, int with_lse) {
     outbuf_poison(b);
     fdec_layer L = pr->layer; /* the variant arrays where the backend reads them */
-    L.sinks = in->sinks, L.alibi_slopes = in->alibi;
+    L.sinks = in->sinks, L.alibi_slopes = in->alibi, L.k_scales = in->kscales, L.v_scales = in->vscales;
     if (!g_cuda) return fdec_decode(ctx, &L, pr->seq_len, in->q, in->k, in->v, b->out, with_lse ? b->lse : NULL);
     size_t ob = b->out_bytes + 2 * GUARD, lb = b->lse_bytes + 2 * GUARD;
     unsigned char *dout = fd_dev_alloc(ob), *dlse = fd_dev_alloc(lb);

@@ -34,8 +34,9 @@ typedef struct {
 /* A problem's inputs where the backend reads them: the host buffers, or device copies under --cuda. */
 typedef struct {
     const void *q, *k, *v;
-    const float *sinks, *alibi; /* the layer's variant arrays (NULL where off) */
-    void *dq, *dk, *dv, *dsinks, *dalibi; /* device copies to free */
+    const float *sinks, *alibi;   /* the layer's variant arrays (NULL where off) */
+    const float *kscales, *vscales; /* an fp8 cache's per-KV-head scales (NULL where off) */
+    void *dq, *dk, *dv, *dsinks, *dalibi, *dks, *dvs; /* device copies to free */
 } inputs;
 
 typedef struct {
@@ -96,5 +97,6 @@ void test_batch_device_checks(path_ctx *pc);
 void test_batch_graph(void);
 void test_quant_blocks(path_ctx *pc, int npc);
 void test_quant_nmse(path_ctx *pc, int npc);
+void test_quant_scales(path_ctx *pc, int npc);
 
 #endif

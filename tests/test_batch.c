@@ -26,8 +26,8 @@ static int dev_case_make(dev_case *d, const fd_batch_case *c) {
     const size_t H = L->num_q_heads, B = c->b.num_seqs;
     memset(d, 0, sizeof *d);
     d->q = dev_copy(c->q, c->rows * H * L->head_dim * fdec_dtype_size(L->q_dtype));
-    d->k = dev_copy(c->k, c->kv_elems * fdec_dtype_size(L->kv_dtype));
-    d->v = dev_copy(c->v, c->kv_elems * fdec_dtype_size(L->kv_dtype));
+    d->k = dev_copy(c->k, fdec_dtype_bytes(L->kv_dtype, c->kv_elems));
+    d->v = dev_copy(c->v, fdec_dtype_bytes(L->kv_dtype, c->kv_elems));
     d->lens = dev_copy(c->seq_lens, B * sizeof(uint32_t));
     d->qls = dev_copy(c->q_lens, B * sizeof(uint32_t));
     d->table = c->b.page_size ? dev_copy(c->table, B * c->b.max_pages * sizeof(int32_t)) : NULL;
@@ -128,7 +128,7 @@ static double batch_check(fdec_context *ctx, const char *who, fd_batch_case *c, 
             const void *k = c->k, *v = c->v;
             if (c->b.page_size) one.page_table = c->table + (size_t)i * c->b.max_pages;
             else {
-                const size_t off = (size_t)i * c->b.kv_seq_stride * fdec_dtype_size(L->kv_dtype);
+                const size_t off = fdec_dtype_bytes(L->kv_dtype, (size_t)i * c->b.kv_seq_stride);
                 k = (const char *)c->k + off, v = (const char *)c->v + off, one.kv_seq_stride = 0;
             }
             const size_t qrow = (size_t)H * D * fdec_dtype_size(L->q_dtype), orow = (size_t)H * D * fdec_dtype_size(L->out_dtype);

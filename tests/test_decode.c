@@ -132,7 +132,6 @@ void test_sweep(path_ctx *pc, int npc, int configs, uint64_t seed) {
         uint32_t seq_len;
         fd_layout layout;
         fd_random_config(&r, &L, &seq_len, &layout);
-        if (g_cuda && L.kv_dtype > FDEC_BF16) continue; /* quantised caches are not on CUDA yet */
         fd_problem pr;
         fd_variants var;
         fd_random_variants(&r, &var);

@@ -72,6 +72,7 @@ int main(int argc, char **argv) {
     }
     STEP(test_quant_blocks(pc, npc));
     STEP(test_quant_nmse(pc, npc));
+    STEP(test_quant_scales(pc, npc));
     STEP(test_batch_bad());
     STEP(test_kv_write(pc, npc));
     STEP(test_batch_device_checks(pc));

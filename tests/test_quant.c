@@ -9,16 +9,64 @@
 
 #include <math.h>
 
+/* Buffers where the backend reads them: the host's, or under --cuda device copies (dev_in) and device outputs
+ * copied back (dev_back), all freed by dev_done. */
+typedef struct {
+    void *dev[8];
+    int n;
+} devbufs;
+static void *dev_in(devbufs *d, const void *host, size_t bytes) {
+    if (!g_cuda) return (void *)host;
+    void *p = fd_dev_alloc(bytes);
+    if (p && fd_h2d(p, host, bytes)) fd_dev_free(p), p = NULL;
+    if (p) d->dev[d->n++] = p;
+    return p;
+}
+static int dev_back(void *host, const void *dev, size_t bytes) {
+    return g_cuda ? fd_dev_sync() || fd_d2h(host, dev, bytes) : 0;
+}
+static void dev_done(devbufs *d) {
+    while (d->n) fd_dev_free(d->dev[--d->n]);
+}
+
+/* fdec_decode on host buffers (q and out f32, H x D), through device copies under --cuda. */
+static fdec_status decode_host(fdec_context *ctx, const fdec_layer *L, uint32_t n, const float *q, const void *k,
+                               const void *v, size_t kv_bytes, float *out) {
+    devbufs d = {{0}, 0};
+    const size_t qb = (size_t)L->num_q_heads * L->head_dim * sizeof(float);
+    const void *dq = dev_in(&d, q, qb), *dk = dev_in(&d, k, kv_bytes), *dv = dev_in(&d, v, kv_bytes);
+    for (size_t i = 0; i < qb / sizeof(float); i++) out[i] = 3e38f; /* poison: finite, and no value a test wants */
+    void *dout = dev_in(&d, out, qb);
+    fdec_status st = dq && dk && dv && dout ? fdec_decode(ctx, L, n, dq, dk, dv, dout, NULL) : FDEC_ENOMEM;
+    if (!st && dev_back(out, dout, qb)) st = FDEC_EBACKEND;
+    dev_done(&d);
+    return st;
+}
+
+/* fdec_kv_write of host rows into host caches (src_bytes each; the caches cache_bytes each, copied in first so that
+ * what is not written stays), through device copies under --cuda. */
+static fdec_status kv_write_host(fdec_context *ctx, const fdec_layer *L, const fdec_kv_slots *s, const void *ks,
+                                 const void *vs, size_t src_bytes, void *kc, void *vc, size_t cache_bytes) {
+    devbufs d = {{0}, 0};
+    fdec_kv_slots ds = *s;
+    ds.slots = dev_in(&d, s->slots, s->num_tokens * sizeof(int64_t));
+    const void *dks = dev_in(&d, ks, src_bytes), *dvs = dev_in(&d, vs, src_bytes);
+    void *dkc = dev_in(&d, kc, cache_bytes), *dvc = dev_in(&d, vc, cache_bytes);
+    fdec_status st = ds.slots && dks && dvs && dkc && dvc ? fdec_kv_write(ctx, L, &ds, dks, dvs, dkc, dvc) : FDEC_ENOMEM;
+    if (!st && (dev_back(kc, dkc, cache_bytes) || dev_back(vc, dvc, cache_bytes))) st = FDEC_EBACKEND;
+    dev_done(&d);
+    return st;
+}
+
 /* A decode of one position: out = that position's V row (K and q do not matter), as f32. */
 static fdec_status read_v(fdec_context *ctx, fdec_dtype t, uint32_t D, const void *row, float *out, float v_scale) {
     fdec_layer L = layer_of(D, 1, 1, 0, 0, t, 0);
     L.v_scale = v_scale;
     static float q[512];
-    return fdec_decode(ctx, &L, 1, q, row, row, out, NULL);
+    return decode_host(ctx, &L, 1, q, row, row, fdec_dtype_bytes(t, D), out);
 }
 
 void test_quant_blocks(path_ctx *pc, int npc) {
-    if (g_cuda) return;
     /* Q8_0: d = 0.5 (f16 0x3800), q = -128, -1, 0, 1, 127, then 3 j - 40 */
     unsigned char q8[34] = {0x00, 0x38};
     float want8[32];
@@ -66,35 +114,39 @@ void test_quant_blocks(path_ctx *pc, int npc) {
     int64_t slot = 0;
     fdec_kv_slots s = {1, &slot, 1, 0, 0, FDEC_F32};
     unsigned char blk[34], blk2[34];
-    check(fdec_kv_write(pc[0].ctx, &L, &s, x, x, blk, blk2) == FDEC_OK, "kv_write q8_0: %s", fdec_last_error());
+    check(kv_write_host(pc[0].ctx, &L, &s, x, x, sizeof x, blk, blk2, sizeof blk) == FDEC_OK, "kv_write q8_0: %s",
+          fdec_last_error());
     const float d8 = 20.5f / 127.0f;
     int ok = blk[0] == (fdec_f32_to_f16(d8) & 0xff) && blk[1] == (fdec_f32_to_f16(d8) >> 8);
     for (int j = 0; j < 32; j++) ok &= (signed char)blk[2 + j] == (signed char)roundf(x[j] * (1.0f / d8));
     ok &= (signed char)blk[2 + 31] == 127; /* the largest magnitude: 127 */
-    check(ok, "kv_write's Q8_0 block differs from ggml's rule");
+    check(ok, "kv_write's Q8_0 block differs from ggml's rule: scale %02x%02x, codes %d %d .. %d", blk[1], blk[0],
+          (signed char)blk[2], (signed char)blk[3], (signed char)blk[33]);
     L.kv_dtype = FDEC_Q4_0;
     unsigned char b4[18], b42[18];
-    check(fdec_kv_write(pc[0].ctx, &L, &s, x, x, b4, b42) == FDEC_OK, "kv_write q4_0: %s", fdec_last_error());
+    check(kv_write_host(pc[0].ctx, &L, &s, x, x, sizeof x, b4, b42, sizeof b4) == FDEC_OK, "kv_write q4_0: %s",
+          fdec_last_error());
     const float d4 = 20.5f / -8.0f, id4 = 1.0f / d4; /* the largest magnitude is +20.5 */
     ok = b4[0] == (fdec_f32_to_f16(d4) & 0xff) && b4[1] == (fdec_f32_to_f16(d4) >> 8);
     for (int j = 0; j < 16; j++) {
         const int lo = (int)(signed char)(x[j] * id4 + 8.5f), hi = (int)(signed char)(x[j + 16] * id4 + 8.5f);
         ok &= b4[2 + j] == (unsigned char)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
     }
-    check(ok, "kv_write's Q4_0 block differs from ggml's rule");
+    check(ok, "kv_write's Q4_0 block differs from ggml's rule: scale %02x%02x, codes %02x %02x .. %02x", b4[1], b4[0],
+          b4[2], b4[3], b4[17]);
     /* fp8: ties to even (1.0625 between 1 and 1.125 -> 1; 1.1875 -> 1.25), saturation, NaN */
     L = layer_of(8, 1, 1, 0, 0, FDEC_F8_E4M3, 0);
     const float f[8] = {1.0625f, 1.1875f, 448.0f, 1000.0f, -1e30f, NAN, 0.0009765625f /* 2^-10: tie -> 0 */, -0.0f};
     const unsigned char we[8] = {0x38, 0x3a, 0x7e, 0x7e, 0xfe, 0x7f, 0x00, 0x80};
     unsigned char e[8], e2[8];
-    check(fdec_kv_write(pc[0].ctx, &L, &s, f, f, e, e2) == FDEC_OK && !memcmp(e, we, 8),
+    check(kv_write_host(pc[0].ctx, &L, &s, f, f, sizeof f, e, e2, 8) == FDEC_OK && !memcmp(e, we, 8),
           "kv_write's E4M3 codes %02x %02x %02x %02x %02x %02x %02x %02x", e[0], e[1], e[2], e[3], e[4], e[5], e[6],
           e[7]);
     L.kv_dtype = FDEC_F8_E5M2;
     const float g[4] = {1e6f, -70000.0f, 3.5f /* 1.75 * 2: exact */, 1.125f /* tie between 1 and 1.25 -> 1 */};
     const unsigned char wg[4] = {0x7b, 0xfb, 0x43, 0x3c};
     L.head_dim = 4;
-    check(fdec_kv_write(pc[0].ctx, &L, &s, g, g, e, e2) == FDEC_OK && !memcmp(e, wg, 4),
+    check(kv_write_host(pc[0].ctx, &L, &s, g, g, sizeof g, e, e2, 4) == FDEC_OK && !memcmp(e, wg, 4),
           "kv_write's E5M2 codes %02x %02x %02x %02x", e[0], e[1], e[2], e[3]);
     printf("quantised blocks: read back on %d contexts, quantisers bit for bit\n", npc);
 }
@@ -110,12 +162,12 @@ static double nmse_of(fdec_context *ctx, fdec_dtype t, uint32_t D, uint32_t H, u
     fdec_layer L = layer_of(D, H, G, 0, 0, t, 0);
     L.q_dtype = FDEC_F32;
     const size_t bytes = fdec_dtype_bytes(t, N);
-    void *kq = malloc(bytes), *vq = malloc(bytes);
+    void *kq = calloc(1, bytes), *vq = calloc(1, bytes);
     int64_t *slots = malloc(n * sizeof *slots);
     for (uint32_t i = 0; i < n; i++) slots[i] = i;
     fdec_kv_slots s = {n, slots, n, 0, 0, FDEC_F32};
     double err = INFINITY;
-    if (fdec_kv_write(ctx, &L, &s, k, v, kq, vq) == FDEC_OK) {
+    if (kv_write_host(ctx, &L, &s, k, v, N * sizeof(float), kq, vq, bytes) == FDEC_OK) {
         float *out = malloc((size_t)H * D * sizeof(float));
         fdec_layer Lf = L;
         Lf.kv_dtype = FDEC_F32;
@@ -123,7 +175,7 @@ static double nmse_of(fdec_context *ctx, fdec_dtype t, uint32_t D, uint32_t H, u
         fdec_problem_init(&Lf, n, &p);
         double *ref = malloc(sizeof(double) * H * D);
         fdec_reference(&p, q, k, v, ref, NULL);
-        if (fdec_decode(ctx, &L, n, q, kq, vq, out, NULL) == FDEC_OK) {
+        if (decode_host(ctx, &L, n, q, kq, vq, bytes, out) == FDEC_OK) {
             double e = 0, m = 0;
             for (size_t i = 0; i < (size_t)H * D; i++) e += (out[i] - ref[i]) * (out[i] - ref[i]), m += ref[i] * ref[i];
             err = e / m;
@@ -135,7 +187,6 @@ static double nmse_of(fdec_context *ctx, fdec_dtype t, uint32_t D, uint32_t H, u
 }
 
 void test_quant_nmse(path_ctx *pc, int npc) {
-    if (g_cuda) return;
     static const struct {
         uint32_t D, H, G, n;
     } shapes[] = {{128, 32, 8, 2048}, {64, 32, 8, 1000}, {256, 16, 8, 700}, {512, 16, 2, 300}};
@@ -156,5 +207,27 @@ void test_quant_nmse(path_ctx *pc, int npc) {
               bound);
         printf("%-8s NMSE against the unquantised data: worst %.3g over 4 shapes x %d contexts\n",
                fdec_dtype_name(types[ti]), worst, npc);
+    }
+}
+
+/* fp8 caches with a scale a KV head (k_scales, v_scales; a 0 among them means 1), against the float64 reference, on
+ * every context (under --cuda the arrays are device copies, read by the kernels). */
+void test_quant_scales(path_ctx *pc, int npc) {
+    static const struct {
+        uint32_t D, H, G, window, n;
+        fdec_dtype t;
+    } cases[] = {{128, 32, 8, 0, 3000, FDEC_F8_E4M3}, {64, 8, 2, 100, 700, FDEC_F8_E5M2},
+                 {256, 16, 8, 0, 1500, FDEC_F8_E5M2}, {96, 12, 3, 0, 513, FDEC_F8_E4M3}};
+    fd_rng r = {77};
+    for (int c = 0; c < 4; c++) {
+        float ks[8], vs[8];
+        for (uint32_t g = 0; g < cases[c].G; g++)
+            ks[g] = (float)(0.25 + 4 * fd_uniform(&r)), vs[g] = g == 1 ? 0.0f : (float)(0.25 + 4 * fd_uniform(&r));
+        fdec_layer L = layer_of(cases[c].D, cases[c].H, cases[c].G, cases[c].window, 0, cases[c].t, 0);
+        L.q_dtype = FDEC_F16, L.out_dtype = FDEC_F32;
+        L.k_scales = ks, L.v_scales = vs;
+        char name[64];
+        snprintf(name, sizeof name, "%s per-head scales D=%u", fdec_dtype_name(cases[c].t), cases[c].D);
+        one_case(pc, npc, name, L, cases[c].n, 1.0f, 900 + c);
     }
 }

@@ -505,11 +505,20 @@ int fd_batch_make(fd_batch_case *c, fd_rng *r, uint32_t B, uint32_t P, int head_
                       int variants) {
     memset(c, 0, sizeof *c);
     static const uint32_t bdims[] = {1, 7, 32, 64, 100, 128, 256};
-    const uint32_t D = bdims[fd_rand(r) % 7], G = 1 + (uint32_t)(fd_rand(r) % 3), R = 1 + (uint32_t)(fd_rand(r) % 4);
+    uint32_t D = bdims[fd_rand(r) % 7];
+    const uint32_t G = 1 + (uint32_t)(fd_rand(r) % 3), R = 1 + (uint32_t)(fd_rand(r) % 4);
     fdec_layer *L = &c->L;
-    L->head_dim = D, L->num_kv_heads = G, L->num_q_heads = G * R;
     L->q_dtype = (fdec_dtype)(fd_rand(r) % 3), L->kv_dtype = (fdec_dtype)(fd_rand(r) % 3);
     L->out_dtype = (fdec_dtype)(fd_rand(r) % 3);
+    if (fd_rand(r) % 3 == 0) { /* a quantised cache: fp8 (with scales now and then) or a block type */
+        const fdec_dtype t = (fdec_dtype)(FDEC_F8_E4M3 + fd_rand(r) % 4);
+        L->kv_dtype = t;
+        if (fdec_dtype_is_fp8(t) && fd_rand(r) % 2)
+            L->k_scale = (float)(0.25 + 4 * fd_uniform(r)), L->v_scale = (float)(0.25 + 4 * fd_uniform(r));
+    }
+    const fdec_dtype T = L->kv_dtype; /* every size and stride below in whole blocks of a block type */
+    D = (uint32_t)blk_up(D, T);
+    L->head_dim = D, L->num_kv_heads = G, L->num_q_heads = G * R;
     const uint32_t maxlen = 1 + (uint32_t)(fd_rand(r) % 600);
     L->window = fd_rand(r) % 3 == 0 ? 1 + (uint32_t)(fd_rand(r) % maxlen) : 0;
     if (ring && !P) {
@@ -536,7 +545,6 @@ int fd_batch_make(fd_batch_case *c, fd_rng *r, uint32_t B, uint32_t P, int head_
     if (!tokens)
         for (uint32_t i = 0; i < B; i++) c->q_lens[i] = 1;
     if (!tokens) c->rows = B;
-    const size_t es = fdec_dtype_size(L->kv_dtype);
     if (P) {
         b->page_size = P;
         b->max_pages = (maxlen + P - 1) / P + (uint32_t)(fd_rand(r) % 3);
@@ -565,13 +573,13 @@ int fd_batch_make(fd_batch_case *c, fd_rng *r, uint32_t B, uint32_t P, int head_
         }
         free(perm);
         if (head_major) { /* [page][kv_head][slot][dim] */
-            L->kv_pos_stride = D + (uint32_t)(fd_rand(r) % 3);
-            L->kv_head_stride = (size_t)P * L->kv_pos_stride + (uint32_t)(fd_rand(r) % 5);
+            L->kv_pos_stride = blk_up(D + (uint32_t)(fd_rand(r) % 3), T);
+            L->kv_head_stride = blk_up((size_t)P * L->kv_pos_stride + (uint32_t)(fd_rand(r) % 5), T);
             b->kv_page_stride = G * L->kv_head_stride;
         } else { /* [page][slot][kv_head][dim] */
-            L->kv_head_stride = D + (uint32_t)(fd_rand(r) % 3);
-            L->kv_pos_stride = G * L->kv_head_stride + (uint32_t)(fd_rand(r) % 3);
-            b->kv_page_stride = fd_rand(r) % 2 ? 0 : (size_t)P * L->kv_pos_stride + 8;
+            L->kv_head_stride = blk_up(D + (uint32_t)(fd_rand(r) % 3), T);
+            L->kv_pos_stride = blk_up(G * L->kv_head_stride + (uint32_t)(fd_rand(r) % 3), T);
+            b->kv_page_stride = fd_rand(r) % 2 ? 0 : blk_up((size_t)P * L->kv_pos_stride + 8, T);
         }
         const size_t pstride = b->kv_page_stride ? b->kv_page_stride : (size_t)P * L->kv_pos_stride;
         c->kv_elems = (size_t)b->num_pages * pstride + (size_t)G * L->kv_head_stride;
@@ -579,12 +587,15 @@ int fd_batch_make(fd_batch_case *c, fd_rng *r, uint32_t B, uint32_t P, int head_
     } else {
         L->kv_head_stride = D, L->kv_pos_stride = (size_t)G * D;
         const size_t rows = L->ring_capacity ? L->ring_capacity : maxlen;
-        b->kv_seq_stride = rows * L->kv_pos_stride + (fd_rand(r) % 2 ? 0 : 16);
+        b->kv_seq_stride = blk_up(rows * L->kv_pos_stride + (fd_rand(r) % 2 ? 0 : 16), T);
         c->kv_elems = (size_t)B * b->kv_seq_stride;
     }
-    c->k = malloc(c->kv_elems * es), c->v = malloc(c->kv_elems * es);
-    memset(c->k, 0xff, c->kv_elems * es); /* NaN: a row read that should not be shows */
-    memset(c->v, 0xff, c->kv_elems * es);
+    const size_t kvb = fdec_dtype_bytes(T, c->kv_elems);
+    c->k = malloc(kvb), c->v = malloc(kvb);
+    /* NaN where a type has it (a block type: scale 0xffff, an f16 NaN): a row read that should not be shows */
+    memset(c->k, 0xff, kvb);
+    memset(c->v, 0xff, kvb);
+    float *rk = malloc(D * sizeof(float)), *rv_ = malloc(D * sizeof(float));
     for (uint32_t i = 0; i < B; i++) { /* every attended row of every sequence (a shared page twice: same values) */
         fdec_problem s;
         memset(&s, 0, sizeof s);
@@ -595,11 +606,13 @@ int fd_batch_make(fd_batch_case *c, fd_rng *r, uint32_t B, uint32_t P, int head_
                 for (uint32_t d = 0; d < D; d++) {
                     /* a shared page holds the same positions in both sequences: the value a function of them */
                     fd_rng rv = {(t * 131 + g) * 977 + d + (P && i == 1 && t < 2 * P ? 0 : (uint64_t)i << 40)};
-                    fdec_store_elem(c->k, at + d, L->kv_dtype, (float)(2 * fd_uniform(&rv) - 1));
-                    fdec_store_elem(c->v, at + d, L->kv_dtype, (float)(2 * fd_uniform(&rv) - 1));
+                    rk[d] = (float)(2 * fd_uniform(&rv) - 1), rv_[d] = (float)(2 * fd_uniform(&rv) - 1);
                 }
+                fdec_store_row(c->k, at, T, rk, D);
+                fdec_store_row(c->v, at, T, rv_, D);
             }
     }
+    free(rk), free(rv_);
     const size_t qn = c->rows * L->num_q_heads * D;
     c->q = malloc(qn * fdec_dtype_size(L->q_dtype));
     for (size_t i = 0; i < qn; i++) fdec_store_elem(c->q, i, L->q_dtype, (float)(2 * fd_uniform(r) - 1));
@@ -625,12 +638,13 @@ double fd_batch_reference(const fd_batch_case *c, uint32_t i, size_t row0, doubl
     if (fdec_problem_init(&dense, n, &p)) return -1;
     p.nq = c->q_lens[i];
     p.lo = (uint32_t)fdec_token_lo(&p, 0);
-    const size_t es = fdec_dtype_size(L->kv_dtype);
-    char *k = malloc((size_t)n * G * D * es), *v = malloc((size_t)n * G * D * es);
+    const fdec_dtype T = L->kv_dtype;
+    const size_t rowb = fdec_dtype_bytes(T, D); /* offsets below are whole blocks of a block type */
+    char *k = malloc((size_t)n * G * rowb), *v = malloc((size_t)n * G * rowb);
     for (uint64_t t = p.lo; t < n; t++)
         for (uint32_t g = 0; g < G; g++) {
-            memcpy(k + ((t * G + g) * D) * es, (const char *)c->k + batch_where(c, i, t, g) * es, D * es);
-            memcpy(v + ((t * G + g) * D) * es, (const char *)c->v + batch_where(c, i, t, g) * es, D * es);
+            memcpy(k + (t * G + g) * rowb, (const char *)c->k + fdec_dtype_bytes(T, batch_where(c, i, t, g)), rowb);
+            memcpy(v + (t * G + g) * rowb, (const char *)c->v + fdec_dtype_bytes(T, batch_where(c, i, t, g)), rowb);
         }
     const size_t qrow = (size_t)L->num_q_heads * D * fdec_dtype_size(L->q_dtype);
     const char *q = (const char *)c->q + row0 * qrow;
@@ -642,5 +656,7 @@ double fd_batch_reference(const fd_batch_case *c, uint32_t i, size_t row0, doubl
         if (qn > mx) mx = qn;
     }
     free(k), free(v);
-    return fd_tolerance_of(L->out_dtype, D, mx * fabs(p.logits.scale)) + (L->alibi_slopes || L->softcap ? 1e-6 : 0);
+    double vs = 1; /* an fp8 cache's V scale scales the output and its error (as fd_tolerance) */
+    for (uint32_t g = 0; g < G; g++) vs = fmax(vs, fdec_kv_scale(&p, g, 1));
+    return (fd_tolerance_of(L->out_dtype, D, mx * fabs(p.logits.scale)) + (L->alibi_slopes || L->softcap ? 1e-6 : 0)) * vs;
 }

@@ -47,6 +47,7 @@ struct fdec_batch_params {
     float scale_log2;
     int qt, ot;
     fdec_logits logits;
+    fdec_kv_scales sc; /* fp8 caches' scales */
 };
 
 /* The work of a tensor-core block of a batch (mma.cuh's fdec_mma_work): block (KV head g and head tile, chunk,
@@ -169,6 +170,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_BATCH_BLOCKS_PER_SM
 
     auto elem = [&](int i) { return lin * VEC + (i / VEC) * T * VEC + (i % VEC); };
     float q[RT][E];
+    /* an fp8 cache's K scale goes into q, its V scale into the chunk's o */
+    const float qscale = fdec_is_fp8<KT> ? p.scale_log2 * fdec_kv_scale_of(p.sc, g, 0) : p.scale_log2,
+                vscale = fdec_is_fp8<KT> ? fdec_kv_scale_of(p.sc, g, 1) : 1.f;
     fdec_with_loader(p.q, p.qt, [&](auto ld) {
 #pragma unroll
         for (int r = 0; r < RT; r++) {
@@ -178,7 +182,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_BATCH_BLOCKS_PER_SM
                 const int d = elem(i);
                 const bool ok = r < nh && d < Dr;
                 const float x = ld(ok ? qrow * Dr + d : qrow * Dr); /* in bounds either way */
-                q[r][i] = ok ? x * p.scale_log2 : 0.f;
+                q[r][i] = ok ? x * qscale : 0.f;
             }
         }
     });
@@ -192,7 +196,6 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_BATCH_BLOCKS_PER_SM
 
     fdec_kv_layout kv = p.kv;
     kv.pages = p.kv.page_size ? p.kv.pages + (size_t)b * p.max_pages : NULL;
-    const KT *kbase = (const KT *)p.k, *vbase = (const KT *)p.v;
     const uint32_t step = NW * GROUPS * U;
     auto valid_at = [&](uint64_t base, int u) { return base + u * NW * GROUPS + grp < c1; };
     auto load_step = [&](uint64_t base, raw_t (&kr)[U][NL], raw_t (&vr)[U][NL]) {
@@ -204,8 +207,13 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_BATCH_BLOCKS_PER_SM
             for (int j = 0; j < NL; j++) {
                 const int d = lin * VEC + j * T * VEC;
                 if (valid && (D || d < Dr)) {
-                    kr[u][j] = __ldg(reinterpret_cast<const raw_t *>(kbase + off + d));
-                    vr[u][j] = __ldg(reinterpret_cast<const raw_t *>(vbase + off + d));
+                    if constexpr (VEC == 1) { /* element offsets: a block type has no element pointers */
+                        kr[u][j] = fdec_kv_raw1<KT>(p.k, off + d);
+                        vr[u][j] = fdec_kv_raw1<KT>(p.v, off + d);
+                    } else {
+                        kr[u][j] = __ldg(reinterpret_cast<const raw_t *>((const KT *)p.k + off + d));
+                        vr[u][j] = __ldg(reinterpret_cast<const raw_t *>((const KT *)p.v + off + d));
+                    }
                 } else {
                     memset(&kr[u][j], 0, sizeof(raw_t));
                     memset(&vr[u][j], 0, sizeof(raw_t));
@@ -271,7 +279,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_BATCH_BLOCKS_PER_SM
             if (lin == 0) sm_m[warp * RT + r] = m[r], sm_l[warp * RT + r] = l[r];
 #pragma unroll
             for (int i = 0; i < E; i++)
-                if (D || elem(i) < Dr) sm_o[(warp * RT + r) * Dr + elem(i)] = o[r][i];
+                if (D || elem(i) < Dr) sm_o[(warp * RT + r) * Dr + elem(i)] = o[r][i] * vscale;
         }
     }
     __syncthreads();
@@ -335,10 +343,35 @@ struct fdec_kv_write_params {
     uint64_t num_slots;
     fdec_kv_layout kv;   /* ps, hs; page_size and page_stride for a paged cache (slot s: page s / page_size) */
     uint32_t n, G, D;
-    int st, ct;          /* source and cache dtypes (f32, f16, bf16) */
+    int st, ct;          /* source dtype (f32, f16, bf16) and the cache's (any fdec_dtype) */
 };
 
-/* Block (token, KV head): its D elements; a slot outside the cache (found here, on the device) writes nothing. */
+/* ggml's reference quantisers (dtype.c's fdec_store_q8_0 / fdec_store_q4_0, step for step and with every product and
+ * sum rounded on its own, no fused multiply-add, so that the codes are the CPU's): the 32 elements ld(at ..) into the
+ * block at b. */
+template <class LD>
+__device__ __forceinline__ void fdec_quantise_block(unsigned char *b, LD &&ld, size_t at, bool q4) {
+    float amax = 0.0f, mx = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        const float x = ld(at + j);
+        if (fabsf(x) > amax) amax = fabsf(x), mx = x;
+    }
+    const float d = q4 ? __fdiv_rn(mx, -8.0f) : __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __frcp_rn(d) : 0.0f;
+    /* the scale as one 16-bit store (a block starts 2-byte aligned): byte stores of the f16 register wrote 0 for its
+     * low byte on the H100 and the H200 */
+    *reinterpret_cast<__half *>(b) = __float2half_rn(d);
+    if (!q4)
+        for (int j = 0; j < 32; j++) b[2 + j] = (unsigned char)(signed char)roundf(__fmul_rn(ld(at + j), id));
+    else
+        for (int j = 0; j < 16; j++) {
+            const int lo = (signed char)__fadd_rn(__fmul_rn(ld(at + j), id), 8.5f),
+                      hi = (signed char)__fadd_rn(__fmul_rn(ld(at + j + 16), id), 8.5f);
+            b[2 + j] = (unsigned char)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
+        }
+}
+
+/* Block (token, KV head): its D elements; a slot outside the cache (found here, on the device) writes nothing. A block
+ * type's 32-element blocks are a thread's each. */
 __global__ void fdec_kv_write_kernel(const fdec_kv_write_params p) {
     fdec_grid_wait();
     const uint32_t i = blockIdx.x, g = blockIdx.y;
@@ -346,10 +379,15 @@ __global__ void fdec_kv_write_kernel(const fdec_kv_write_params p) {
     if (s < 0 || (uint64_t)s >= p.num_slots) return; /* -1: skipped; other values: bad, nothing written */
     const size_t off = fdec_kv_slot(&p.kv, (uint64_t)s) + (size_t)g * p.kv.hs;
     const size_t src = ((size_t)i * p.G + g) * p.D;
-    fdec_with_loader(p.ks, p.st, [&](auto ld) {
-        for (uint32_t d = threadIdx.x; d < p.D; d += blockDim.x) fdec_store_any(p.k, off + d, p.ct, ld(src + d));
-    });
-    fdec_with_loader(p.vs, p.st, [&](auto ld) {
-        for (uint32_t d = threadIdx.x; d < p.D; d += blockDim.x) fdec_store_any(p.v, off + d, p.ct, ld(src + d));
-    });
+    for (int which = 0; which < 2; which++) {
+        void *cache = which ? p.v : p.k;
+        fdec_with_loader(which ? p.vs : p.ks, p.st, [&](auto ld) {
+            if (p.ct == FDEC_Q8_0 || p.ct == FDEC_Q4_0) { /* off and D are whole blocks (the API's checks) */
+                const size_t bb = p.ct == FDEC_Q8_0 ? 34 : 18;
+                for (uint32_t d = threadIdx.x * 32; d < p.D; d += blockDim.x * 32)
+                    fdec_quantise_block((unsigned char *)cache + (off + d) / 32 * bb, ld, src + d, p.ct == FDEC_Q4_0);
+            } else
+                for (uint32_t d = threadIdx.x; d < p.D; d += blockDim.x) fdec_store_any(cache, off + d, p.ct, ld(src + d));
+        });
+    }
 }

@@ -7,6 +7,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -23,6 +24,17 @@
 /* Blocks per SM: the split's aim (cuda.cu) and the tensor-core kernel's launch bounds (TUNING.md). */
 #define FDEC_CUDA_BLOCKS_PER_SM 2
 
+/* An fp8 cache's scales (flashdec.h: K = k_scale * fp8, V likewise; 0 means 1), per KV head where ks / vs (device
+ * arrays) are given. The kernels fold K's into q and V's into the chunk's o. */
+struct fdec_kv_scales {
+    float k, v;
+    const float *ks, *vs;
+};
+__device__ __forceinline__ float fdec_kv_scale_of(const fdec_kv_scales &s, uint32_t g, int which) {
+    const float x = which ? (s.vs ? s.vs[g] : s.v) : (s.ks ? s.ks[g] : s.k);
+    return x != 0.0f ? x : 1.0f;
+}
+
 struct fdec_cuda_params {
     const void *q, *k, *v;
     void *out;
@@ -36,6 +48,7 @@ struct fdec_cuda_params {
     int qt, ot;
     fdec_logits logits; /* the variants (logits.h): the kernels' fdec_logit2, the chunk merges' sink */
     uint32_t qpos;      /* the query's position */
+    fdec_kv_scales sc;  /* fp8 caches' scales */
 };
 
 /* The cache row of attended position t (lo <= t < lo + ring when there is a ring): kv.h's rule, from ring_lo =
@@ -54,9 +67,42 @@ __device__ __forceinline__ void fdec_grid_wait() {
 #endif
 }
 
+/* The K/V element types of the kernels' template parameter KT: float, __half, __nv_bfloat16, the fp8 types
+ * (__nv_fp8_e4m3, __nv_fp8_e5m2: one byte, read 16 at a time on the fast shapes like the others) and tags for ggml's
+ * blocks (fdec_q8_0_t, fdec_q4_0_t: read element by element, dequantised as loaded, on the generic path only). */
+struct fdec_q8_0_t {};
+struct fdec_q4_0_t {};
+template <typename KT>
+constexpr bool fdec_is_block = std::is_same<KT, fdec_q8_0_t>::value || std::is_same<KT, fdec_q4_0_t>::value;
+template <typename KT>
+constexpr bool fdec_is_fp8 = std::is_same<KT, __nv_fp8_e4m3>::value || std::is_same<KT, __nv_fp8_e5m2>::value;
+
 __device__ __forceinline__ float fdec_to_f32(float x) { return x; }
 __device__ __forceinline__ float fdec_to_f32(__half x) { return __half2float(x); }
 __device__ __forceinline__ float fdec_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+/* fp8 -> f16 is exact (E4M3's 0x7f / 0xff: NaN) */
+__device__ __forceinline__ float fdec_to_f32(__nv_fp8_e4m3 x) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(x.__x, __NV_E4M3)));
+}
+__device__ __forceinline__ float fdec_to_f32(__nv_fp8_e5m2 x) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(x.__x, __NV_E5M2)));
+}
+
+/* Element i of a cache of ggml's block type KT as f32: its block's f16 scale times its code (dtype.c's rule). */
+template <typename KT>
+__device__ __forceinline__ float fdec_block_ld(const void *base, size_t i) {
+    static_assert(fdec_is_block<KT>, "a block type");
+    if constexpr (std::is_same<KT, fdec_q8_0_t>::value) {
+        const unsigned char *b = (const unsigned char *)base + i / 32 * 34;
+        const float d = __half2float(__ushort_as_half((unsigned short)(__ldg(b) | __ldg(b + 1) << 8)));
+        return d * (float)(signed char)__ldg(b + 2 + i % 32);
+    } else {
+        const unsigned char *b = (const unsigned char *)base + i / 32 * 18;
+        const float d = __half2float(__ushort_as_half((unsigned short)(__ldg(b) | __ldg(b + 1) << 8)));
+        const uint32_t j = i % 32, x = __ldg(b + 2 + (j & 15));
+        return d * (float)((int)(j < 16 ? x & 15 : x >> 4) - 8);
+    }
+}
 
 /* Element i of an array of dtype T (0 f32, 1 f16, 2 bf16) as f32, the type known at compile time. */
 template <int T>
@@ -77,10 +123,15 @@ __device__ __forceinline__ void fdec_with_loader(const void *p, int t, F &&f) {
     else f([p](size_t i) { return fdec_ld<2>(p, i); });
 }
 
+/* x into element i of an array of dtype t: f32, f16, bf16 (rounded to nearest even), or fp8 (t 3: E4M3, 4: E5M2;
+ * to nearest even, saturated to the largest finite value; NaN as dtype.c writes it) */
 __device__ __forceinline__ void fdec_store_any(void *p, size_t i, int t, float x) {
     if (t == 0) ((float *)p)[i] = x;
     else if (t == 1) ((__half *)p)[i] = __float2half_rn(x);
-    else ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
+    else if (t == 2) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
+    else
+        ((unsigned char *)p)[i] = x != x ? (t == 3 ? 0x7f : 0x7e)
+                                         : __nv_cvt_float_to_fp8(x, __NV_SATFINITE, t == 3 ? __NV_E4M3 : __NV_E5M2);
 }
 
 
@@ -125,17 +176,42 @@ __device__ __forceinline__ void fdec_cp_async_commit() { asm volatile("cp.async.
 template <int N>
 __device__ __forceinline__ void fdec_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-/* A load's worth of K/V kept as it came from memory (converted to f32 only when used: half the registers). */
+/* A load's worth of K/V kept as it came from memory (converted to f32 only when used: fewer registers); a block
+ * type's element is kept as its f32 value. */
 template <typename KT, int VEC>
 struct fdec_raw {
-    typedef typename std::conditional<VEC * sizeof(KT) == 16, uint4, KT>::type type;
+    typedef typename std::conditional<
+        fdec_is_block<KT>, float, typename std::conditional<VEC * sizeof(KT) == 16, uint4, KT>::type>::type type;
 };
 
 template <typename KT, int VEC>
 __device__ __forceinline__ void raw_to_f32(const typename fdec_raw<KT, VEC>::type &r, float *x) {
-    const KT *e = reinterpret_cast<const KT *>(&r);
+    if constexpr (fdec_is_block<KT>) {
+        x[0] = r;
+    } else if constexpr (fdec_is_fp8<KT> && VEC % 2 == 0) { /* two at a time: one cvt.f16x2 on sm_89 and later */
+        const __nv_fp8x2_storage_t *e = reinterpret_cast<const __nv_fp8x2_storage_t *>(&r);
+        constexpr __nv_fp8_interpretation_t I = std::is_same<KT, __nv_fp8_e4m3>::value ? __NV_E4M3 : __NV_E5M2;
 #pragma unroll
-    for (int i = 0; i < VEC; i++) x[i] = fdec_to_f32(e[i]);
+        for (int i = 0; i < VEC / 2; i++) {
+            const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(e[i], I)));
+            x[2 * i] = f.x, x[2 * i + 1] = f.y;
+        }
+    } else {
+        const KT *e = reinterpret_cast<const KT *>(&r);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) x[i] = fdec_to_f32(e[i]);
+    }
+}
+
+/* The generic path's load of element i of a K/V array (one element: VEC = 1), as raw_to_f32 takes it. */
+template <typename KT>
+__device__ __forceinline__ typename fdec_raw<KT, 1>::type fdec_kv_raw1(const void *base, size_t i) {
+    if constexpr (fdec_is_block<KT>) return fdec_block_ld<KT>(base, i);
+    else if constexpr (fdec_is_fp8<KT>) {
+        KT x;
+        x.__x = __ldg((const unsigned char *)base + i);
+        return x;
+    } else return __ldg((const KT *)base + i);
 }
 
 

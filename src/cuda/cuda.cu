@@ -111,13 +111,18 @@ static partial_fn pick_mma(uint32_t D, int cc, int strided) {
     }
 }
 
-static size_t mma_smem(uint32_t D) {
+/* The tensor-core kernel's shared memory for head_dim D and a cache of es bytes an element (2, or 1: fp8) */
+template <int ES>
+static size_t mma_smem_es(uint32_t D) {
     switch (D) {
-    case 64: return fdec_mma_smem_bytes<64>();
-    case 128: return fdec_mma_smem_bytes<128>();
-    case 256: return fdec_mma_smem_bytes<256>();
-    default: return fdec_mma_smem_bytes<512>();
+    case 64: return fdec_mma_smem_bytes<64, ES>();
+    case 128: return fdec_mma_smem_bytes<128, ES>();
+    case 256: return fdec_mma_smem_bytes<256, ES>();
+    default: return fdec_mma_smem_bytes<512, ES>();
     }
+}
+static size_t mma_smem(const fdec_problem *p) {
+    return fdec_dtype_size(p->kvt) == 1 ? mma_smem_es<1>(p->D) : mma_smem_es<2>(p->D);
 }
 
 /* ---- the plan of a call ---- */
@@ -148,33 +153,35 @@ static int heads_per_block(const cuda_impl *c, const fdec_problem *p, int fast, 
 }
 
 /* The fast shapes: head_dim 64, 128, 256 or 512 with every row 16-byte aligned (the caches at kaddr and vaddr, the
- * position and head strides, and a batch's sequence or page stride `seq`, 0 for a single call). */
+ * position and head strides, and a batch's sequence or page stride `seq`, 0 for a single call), of a plain type (f32,
+ * 16-bit or fp8). */
 static int fast_rows(const fdec_problem *p, size_t seq, uint64_t kaddr, uint64_t vaddr) {
     const size_t es = fdec_dtype_size(p->kvt);
+    if (fdec_dtype_table[p->kvt].block > 1) return 0; /* ggml's blocks: the generic path */
     return (p->D == 64 || p->D == 128 || p->D == 256 || p->D == 512) && (p->kv.ps * es) % 16 == 0 &&
            (p->kv.hs * es) % 16 == 0 && (seq * es) % 16 == 0 && kaddr % 16 == 0 && vaddr % 16 == 0;
 }
 
-/* Whether the tensor-core kernel serves a call (or a batch) of this shape: 16-bit K/V on the fast shapes (head_dim
- * 64-512, 16-byte aligned rows: `fast`) where the device lets a block have its shared memory, unless the tests ask
- * for the SIMT kernel. */
+/* Whether the tensor-core kernel serves a call (or a batch) of this shape: 16-bit or fp8 K/V on the fast shapes
+ * (head_dim 64-512, 16-byte aligned rows: `fast`) where the device lets a block have its shared memory, unless the
+ * tests ask for the SIMT kernel. */
 static int use_mma(const cuda_impl *c, const fdec_problem *p, int fast) {
-    return fast && fdec_dtype_size(p->kvt) == 2 && !c->simt_only &&
-           mma_smem(p->D) + FDEC_CUDA_STATIC_SMEM_MAX <= c->smem_optin;
+    return fast && (fdec_dtype_size(p->kvt) == 2 || fdec_dtype_is_fp8(p->kvt)) && !c->simt_only &&
+           mma_smem(p) + FDEC_CUDA_STATIC_SMEM_MAX <= c->smem_optin;
 }
 
-/* Which kernel family serves the call and its head tiles: the tensor-core kernel (8 heads a tile) for 16-bit K/V on
- * the fast shapes (head_dim 64-512, 16-byte aligned rows) where the device lets a block have its shared memory (every
+/* Which kernel family serves the call and its head tiles: the tensor-core kernel (8 heads a tile) for 16-bit and fp8
+ * K/V on the fast shapes (head_dim 64-512, 16-byte aligned rows) where the device lets a block have its shared memory (every
  * instance fits an A100's 163 KiB and the 99 KiB of an sm_86/89 card); the SIMT kernel otherwise. */
 static void choose_kernel(const cuda_impl *c, const fdec_problem *p, uint64_t kaddr, uint64_t vaddr, launch_plan *lp) {
-    const size_t es = fdec_dtype_size(p->kvt);
     lp->fast = fast_rows(p, 0, kaddr, vaddr);
-    const uint32_t vec = (uint32_t)(16 / es), lanes_per_row = p->D / vec < 32 ? p->D / vec : 32;
+    const uint32_t vec = lp->fast ? (uint32_t)(16 / fdec_dtype_size(p->kvt)) : 1,
+                   lanes_per_row = p->D / vec < 32 ? p->D / vec : 32;
     const int elems = lp->fast ? (int)(p->D / lanes_per_row) : FDEC_MAX_HEAD_DIM / 32; /* as fdec_shape */
     lp->mma = use_mma(c, p, lp->fast);
     /* every fast SIMT shape's ring is the same size (4 loads a lane a step): take it from one of them; the block sums'
      * totals follow it where they are kept in shared memory (every instance of that tile gets the room) */
-    lp->pipe = lp->mma ? mma_smem(p->D) : lp->fast ? fdec_pipe_bytes<__half, 128>() : 0;
+    lp->pipe = lp->mma ? mma_smem(p) : lp->fast ? fdec_pipe_bytes<__half, 128>() : 0;
     lp->rt = lp->mma ? 8 : heads_per_block(c, p, lp->fast, elems, lp->pipe);
     if (!lp->mma && lp->fast) lp->pipe += fdec_sums_smem_bytes(lp->rt, elems);
     lp->tiles = (int)((p->R + lp->rt - 1) / lp->rt);
@@ -222,13 +229,19 @@ static launch_plan make_plan(const cuda_impl *c, const fdec_problem *p, uint64_t
     choose_split(c, p, &lp);
     if (lp.mma) { /* head_dim 512's strided instance where chunks are long (pick_mma) */
         const int strided = c->d512_strided_min && lp.split.num_chunks > 1 && lp.split.chunk_len >= c->d512_strided_min;
-        lp.fn = p->kvt == FDEC_F16 ? pick_mma<__half>(p->D, c->cc_major, strided)
-                                   : pick_mma<__nv_bfloat16>(p->D, c->cc_major, strided);
+        lp.fn = p->kvt == FDEC_F16       ? pick_mma<__half>(p->D, c->cc_major, strided)
+                : p->kvt == FDEC_BF16    ? pick_mma<__nv_bfloat16>(p->D, c->cc_major, strided)
+                : p->kvt == FDEC_F8_E4M3 ? pick_mma<__nv_fp8_e4m3>(p->D, c->cc_major, strided)
+                                         : pick_mma<__nv_fp8_e5m2>(p->D, c->cc_major, strided);
     } else { /* the SIMT instance, with block sums where the chunks are long (pick_sums) */
         const uint32_t cl = lp.split.chunk_len;
         switch (p->kvt) {
         case FDEC_F16: lp.fn = pick_d<__half>(p->D, lp.fast, lp.rt, cl); break;
         case FDEC_BF16: lp.fn = pick_d<__nv_bfloat16>(p->D, lp.fast, lp.rt, cl); break;
+        case FDEC_F8_E4M3: lp.fn = pick_d<__nv_fp8_e4m3>(p->D, lp.fast, lp.rt, cl); break;
+        case FDEC_F8_E5M2: lp.fn = pick_d<__nv_fp8_e5m2>(p->D, lp.fast, lp.rt, cl); break;
+        case FDEC_Q8_0: lp.fn = pick_rt<fdec_q8_0_t, 0>(lp.rt, cl); break;
+        case FDEC_Q4_0: lp.fn = pick_rt<fdec_q4_0_t, 0>(lp.rt, cl); break;
         default: lp.fn = pick_d<float>(p->D, lp.fast, lp.rt, cl); break;
         }
     }
@@ -269,16 +282,8 @@ static fdec_status ensure_scratch(cuda_impl *c, size_t floats) {
     return FDEC_OK;
 }
 
-/* The K/V types the kernels read: f32, f16, bf16 (fp8 and the block types not yet). */
-static fdec_status check_kv_type(const fdec_problem *p) {
-    if (p->kvt <= FDEC_BF16) return FDEC_OK;
-    return fdec_set_error(FDEC_EUNSUPPORTED, "kv_dtype %s is not on the CUDA backend yet (f32, f16 and bf16 are)",
-                          fdec_dtype_name(p->kvt));
-}
-
 static fdec_status cuda_reserve(void *impl, const fdec_problem *p) {
     cuda_impl *c = (cuda_impl *)impl;
-    if (fdec_status st0 = check_kv_type(p)) return st0;
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     launch_plan lp = make_plan(c, p, 0, 0, 1);
@@ -315,6 +320,12 @@ static fdec_status configure(cuda_impl *c, const void *fn, size_t smem) {
     return FDEC_OK;
 }
 
+/* An fp8 cache's scales as the kernels take them (the per-head arrays are device memory, read there). */
+static fdec_kv_scales kv_scales(const fdec_problem *p) {
+    fdec_kv_scales sc = {p->scales.k, p->scales.v, p->scales.ks, p->scales.vs};
+    return sc;
+}
+
 /* The kernels' parameters for a call of p planned as lp. */
 static fdec_cuda_params call_params(const cuda_impl *c, const fdec_problem *p, const launch_plan *lp, const void *q,
                                     const void *k, const void *v, void *out, float *lse) {
@@ -334,13 +345,13 @@ static fdec_cuda_params call_params(const cuda_impl *c, const fdec_problem *p, c
     prm.qt = (int)p->qt, prm.ot = (int)p->ot;
     prm.logits = p->logits;
     prm.qpos = p->qpos;
+    prm.sc = kv_scales(p);
     return prm;
 }
 
 static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
                                void *out, float *lse) {
     cuda_impl *c = (cuda_impl *)impl;
-    if (fdec_status st0 = check_kv_type(p)) return st0;
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     launch_plan lp = make_plan(c, p, (uint64_t)(uintptr_t)k, (uint64_t)(uintptr_t)v, 0);
@@ -383,7 +394,6 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
 
 static fdec_status cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
     cuda_impl *c = (cuda_impl *)impl;
-    if (fdec_status st0 = check_kv_type(p)) return st0;
     launch_plan lp = make_plan(c, p, 0, 0, 0);
     info->kv_start = lp.split.lo;
     info->kv_end = lp.split.hi;
@@ -517,6 +527,10 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
     switch (p->kvt) {
     case FDEC_F16: bl.fn = mma ? pick_batch_mma<__half>(p->D) : pick_batch<__half>(p->D, fast); break;
     case FDEC_BF16: bl.fn = mma ? pick_batch_mma<__nv_bfloat16>(p->D) : pick_batch<__nv_bfloat16>(p->D, fast); break;
+    case FDEC_F8_E4M3: bl.fn = mma ? pick_batch_mma<__nv_fp8_e4m3>(p->D) : pick_batch<__nv_fp8_e4m3>(p->D, fast); break;
+    case FDEC_F8_E5M2: bl.fn = mma ? pick_batch_mma<__nv_fp8_e5m2>(p->D) : pick_batch<__nv_fp8_e5m2>(p->D, fast); break;
+    case FDEC_Q8_0: bl.fn = fdec_batch_kernel<fdec_q8_0_t, 0, 2>; break;
+    case FDEC_Q4_0: bl.fn = fdec_batch_kernel<fdec_q4_0_t, 0, 2>; break;
     default: bl.fn = pick_batch<float>(p->D, fast); break;
     }
     bl.rt = mma ? 8 : fast ? 4 : 2;
@@ -525,7 +539,7 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
     const uint32_t per_chunk = p->G * bl.tiles;
     const uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk - 1) / per_chunk;
     bl.split = fdec_make_split(p, lanes, c->min_chunk == MIN_CHUNK ? FDEC_BATCH_MIN_CHUNK : c->min_chunk, MAX_CHUNKS);
-    bl.smem = mma ? mma_smem(p->D) : fdec_batch_smem(bl.rt, p->D);
+    bl.smem = mma ? mma_smem(p) : fdec_batch_smem(bl.rt, p->D);
     return bl;
 }
 
@@ -537,7 +551,6 @@ static size_t batch_floats(const fdec_batch_problem *bp, const batch_plan *bl) {
 
 static fdec_status cuda_reserve_batch(void *impl, const fdec_batch_problem *bp) {
     cuda_impl *c = (cuda_impl *)impl;
-    if (fdec_status st0 = check_kv_type(&bp->p)) return st0;
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     const batch_plan bl = make_batch_plan(c, bp, 0, 0);
@@ -549,7 +562,6 @@ static fdec_status cuda_decode_batch(void *impl, const fdec_batch_problem *bp, c
     cuda_impl *c = (cuda_impl *)impl;
     const fdec_problem *p = &bp->p;
     const fdec_batch *b = bp->b;
-    if (fdec_status st0 = check_kv_type(p)) return st0;
     if (b->num_seqs > 65535)
         return fdec_set_error(FDEC_EINVAL, "batch->num_seqs (%u) must be at most 65535 on the CUDA backend",
                               b->num_seqs);
@@ -578,6 +590,7 @@ static fdec_status cuda_decode_batch(void *impl, const fdec_batch_problem *bp, c
     prm.scale_log2 = p->logits.scale * 1.4426950408889634f;
     prm.qt = (int)p->qt, prm.ot = (int)p->ot;
     prm.logits = p->logits;
+    prm.sc = kv_scales(p);
     /* three programmatic dependent launches on sm_90, as cuda_decode's: the check, the decode, the merge */
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -606,7 +619,6 @@ static fdec_status cuda_decode_batch(void *impl, const fdec_batch_problem *bp, c
 static fdec_status cuda_kv_write(void *impl, const fdec_problem *p, const fdec_kv_slots *s, const void *k_src,
                                  const void *v_src, void *k, void *v) {
     cuda_impl *c = (cuda_impl *)impl;
-    if (fdec_status st0 = check_kv_type(p)) return st0;
     cudaError_t e = cudaSetDevice(c->device);
     if (e != cudaSuccess) return cuda_err(e, "cudaSetDevice");
     fdec_kv_write_params prm;

@@ -1,5 +1,5 @@
-/* mma.cuh — the tensor-core decode kernel for 16-bit K/V at head_dim 64, 128, 256 and 512, for fdec_decode and for a
- * batch's sequences (what a block works on is fdec_mma_work's, below).
+/* mma.cuh — the tensor-core decode kernel for 16-bit and fp8 K/V at head_dim 64, 128, 256 and 512, for fdec_decode and
+ * for a batch's sequences (what a block works on is fdec_mma_work's, below).
  *
  * Why: the SIMT kernel (simt.cuh) issues about 75 instructions per K/V row and warp at 4 Q heads per KV head, which
  * caps it near 2.2 TB/s on the H200. Here each block stages K and V rows in shared memory with cp.async and computes
@@ -25,6 +25,11 @@
  * elsewhere one contiguous chunk, so that the blocks of a KV head read one range together. After the loop each
  * position group is one partial state, and the block's tail (merge.cuh, fdec_block_tail) merges them and writes the
  * chunk state; the merge kernel merges the chunks. The tuned numbers are in docs/TUNING.md.
+ *
+ * fp8 caches (E4M3, E5M2) take the f16 MMA: both convert to f16 exactly. Their rows are copied into a ring of raw
+ * stages (half the bytes of a 16-bit stage, more of them in flight), and each step the threads convert the pieces
+ * they copied into one f16 stage, which the MMAs read as they read a 16-bit cache's. The K scale goes into q, the V
+ * scale into the chunk's o.
  */
 #pragma once
 #include "common.cuh"
@@ -39,7 +44,7 @@
  * steps, where strided steps cost more than they gain. */
 #define FDEC_MMA_D512_STRIDED_MIN 1024
 
-template <int D>
+template <int D, int ES = 2> /* ES: the cache's bytes an element, 2 or 1 (fp8) */
 struct fdec_mma_shape {
     static constexpr int DW = D < 128 ? D : 128;                    /* dimensions per warp */
     static constexpr int WD = D / DW;                               /* warps per position group: 1, 1, 2, 4 */
@@ -59,7 +64,14 @@ struct fdec_mma_shape {
      * warp in the loop (no block barrier); else the whole block all NP rows */
     static constexpr int CT = WD == 1 ? 32 : NW * 32;               /* copying threads */
     static constexpr int CR = WD == 1 ? PW : NP;                    /* rows they copy */
-    static constexpr int ROWS_PER_PASS = CT / CH;                   /* rows one cp.async pass covers */
+    /* the ring of copies: 16-bit rows land in the stages above; fp8 rows in raw stages of CHR pieces a row, converted
+     * a step at a time into one 16-bit stage (CVT) */
+    static constexpr bool CVT = ES == 1;
+    static constexpr int CHR = D * ES / 16;                         /* 16-byte pieces a raw row */
+    static constexpr int RPP = CT / CHR;                            /* rows one cp.async pass covers */
+    static constexpr int RSTAGES = CVT ? (D == 64 ? 6 : 4) : STAGES; /* raw stages in the ring */
+    static constexpr int RSTAGE_BYTES = STAGE_BYTES * ES / 2;
+    static_assert(CR % RPP == 0 && CT % CHR == 0, "whole copy passes");
     static_assert(NT % 2 == 0 && PW % 16 == 0, "P V takes positions 16 at a time");
     static_assert(CH >= 8, "the swizzle needs 8 pieces per row");
     static_assert(WP <= FDEC_CUDA_WARPS, "the host sizes the tail's shared memory for at most that many states");
@@ -101,10 +113,29 @@ struct fdec_mma_work<fdec_cuda_params> {
 
 /* The dynamic shared memory of the kernel: the ring, and at D > 128 the partial scores the warps of a group
  * exchange */
-template <int D>
+template <int D, int ES = 2>
 constexpr size_t fdec_mma_smem_bytes() {
-    using S = fdec_mma_shape<D>;
-    return (size_t)S::STAGES * S::STAGE_BYTES + (S::WD > 1 ? (size_t)S::NW * 32 * S::NT * 2 * sizeof(float) : 0);
+    using S = fdec_mma_shape<D, ES>;
+    return (size_t)S::RSTAGES * S::RSTAGE_BYTES + (S::CVT ? S::STAGE_BYTES : 0) +
+           (S::WD > 1 ? (size_t)S::NW * 32 * S::NT * 2 * sizeof(float) : 0);
+}
+
+/* The MMA's input type for a cache of KT: the 16-bit types themselves, f16 for fp8 (exact). */
+template <typename KT>
+struct fdec_mma_elem {
+    using type = typename std::conditional<fdec_is_fp8<KT>, __half, KT>::type;
+};
+
+/* 16 fp8 values (a raw piece) as f16, exactly: elements 0..7 into lo, 8..15 into hi. */
+template <typename KT>
+__device__ __forceinline__ void fdec_fp8_piece_to_f16(const uint4 &x, uint4 &lo, uint4 &hi) {
+    constexpr __nv_fp8_interpretation_t I = std::is_same<KT, __nv_fp8_e4m3>::value ? __NV_E4M3 : __NV_E5M2;
+    auto cvt2 = [](unsigned w) {
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), I);
+        return (unsigned)h.x | (unsigned)h.y << 16;
+    };
+    lo = make_uint4(cvt2(x.x), cvt2(x.x >> 16), cvt2(x.y), cvt2(x.y >> 16));
+    hi = make_uint4(cvt2(x.z), cvt2(x.z >> 16), cvt2(x.w), cvt2(x.w >> 16));
 }
 
 __device__ __forceinline__ void fdec_ldsm_x4(unsigned (&r)[4], const void *smem) {
@@ -209,12 +240,14 @@ __device__ __forceinline__ void fdec_mma_q_terms(float (&qv)[KS][4], bool qok, f
  * lambdas over the same registers (q's terms, o, the state), which the compiler keeps in registers across the loop. */
 template <typename KT, int D, bool STR = false, typename P = fdec_cuda_params>
 __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM) fdec_mma_kernel(const P p) {
-    using S = fdec_mma_shape<D>;
-    constexpr int NSTAGE = S::STAGES;
+    using MT = typename fdec_mma_elem<KT>::type; /* the MMA's type */
+    using S = fdec_mma_shape<D, (int)sizeof(KT)>;
+    constexpr bool CVT = S::CVT;
+    constexpr int NSTAGE = S::RSTAGES;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
-                  CH = S::CH;
-    constexpr int NTERM = fdec_split_terms<KT>::N, RT = 8;
-    constexpr float PSCALE = std::is_same<KT, __half>::value ? 32768.f : 1.f;
+                  CH = S::CH, CHR = S::CHR;
+    constexpr int NTERM = fdec_split_terms<MT>::N, RT = 8;
+    constexpr float PSCALE = std::is_same<MT, __half>::value ? 32768.f : 1.f;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gq = lane >> 2, cq = lane & 3; /* the MMA fragment's row group and column pair */
     const int pg = warp / WD, ds = (warp % WD) * DW;
@@ -246,12 +279,16 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     };
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    constexpr int SB = S::STAGE_BYTES;
-    /* stage s: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)) */
-    auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * SB); };
+    constexpr int SB = S::STAGE_BYTES, RSB = S::RSTAGE_BYTES;
+    /* a 16-bit stage: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)):
+     * stage s of the ring, or with fp8 (CVT) the one stage the raw stages are converted into, after the ring */
+    unsigned char *const cvt_stage = smem_raw + (size_t)NSTAGE * RSB;
+    auto kst = [&](int s) { return reinterpret_cast<uint4 *>(CVT ? cvt_stage : smem_raw + (size_t)s * SB); };
     auto vst = [&](int s) { return kst(s) + NP * CH; };
     auto piece = [&](const uint4 *st, int r, int c) { return st + r * CH + (c ^ (r & 7)); };
-    float *xs = reinterpret_cast<float *>(smem_raw + (size_t)NSTAGE * SB);
+    /* fp8's raw stage s: K rows then V rows, [NP][CHR] pieces, unswizzled (each thread reads back its own) */
+    auto rst = [&](int s, int kv) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * RSB) + kv * NP * CHR; };
+    float *xs = reinterpret_cast<float *>(cvt_stage + (CVT ? SB : 0));
     if constexpr (!W::FROM_MEMORY) fdec_grid_wait(); /* nothing above touches memory an earlier grid may use */
 
     /* q's loads go out first and are used after the first steps' copies are issued: their latency hides behind
@@ -271,38 +308,58 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         });
     }
 
-    /* this thread's piece of each row it copies: fixed column, rows row0 + id / CH + i * ROWS_PER_PASS */
+    /* this thread's piece of each row it copies: fixed column, rows row0 + id / CHR + i * RPP */
     const int cp_id = WD == 1 ? lane : (int)threadIdx.x;
-    const int cp_c = cp_id % CH, cp_r = (WD == 1 ? pg * PW : 0) + cp_id / CH;
+    const int cp_c = cp_id % CHR, cp_r = (WD == 1 ? pg * PW : 0) + cp_id / CHR;
+    constexpr int EPP = 16 / (int)sizeof(KT); /* elements a piece */
     /* with each warp its own rows (D <= 128), warp pg's slot i of a step holds the step's position i * WP + pg
      * instead of pg * PW + i, so that the block reads one contiguous range of a step together. Positions only matter
      * for the mask below (src_row). */
     constexpr bool IL = WD == 1;
     auto src_row = [&](int r) { return IL ? (r % PW) * WP + r / PW : r; };
-    const size_t pass_stride = (size_t)S::ROWS_PER_PASS * (IL ? WP : 1) * w.ps(); /* elements between this thread's rows */
+    const size_t pass_stride = (size_t)S::RPP * (IL ? WP : 1) * w.ps(); /* elements between this thread's rows */
+    /* where this thread's piece of row r lands: in stage s (swizzled), or fp8's raw stage s */
+    auto landing = [&](int s, int r) { return CVT ? r * CHR + cp_c : r * CH + (cp_c ^ (r & 7)); };
     auto issue = [&](int step, int s) {
         const uint64_t base = step_base(step);
-        uint4 *ks_ = kst(s), *vs_ = vst(s);
+        uint4 *ks_ = CVT ? rst(s, 0) : kst(s), *vs_ = CVT ? rst(s, 1) : vst(s);
         if (w.run(base, NP, c1)) { /* every row of the step there and ps apart: pointer steps */
-            const KT *kp = kbase + w.run_off(base, src_row(cp_r)) + cp_c * 8,
+            const KT *kp = kbase + w.run_off(base, src_row(cp_r)) + cp_c * EPP,
                      *vp = vbase + (kp - kbase);
 #pragma unroll
-            for (int i = 0; i < S::CR / S::ROWS_PER_PASS; i++) {
-                const int r = cp_r + i * S::ROWS_PER_PASS, at = r * CH + (cp_c ^ (r & 7));
+            for (int i = 0; i < S::CR / S::RPP; i++) {
+                const int r = cp_r + i * S::RPP, at = landing(s, r);
                 fdec_cp_async16(ks_ + at, kp + i * pass_stride);
                 fdec_cp_async16(vs_ + at, vp + i * pass_stride);
             }
             return;
         }
 #pragma unroll
-        for (int i = 0; i < S::CR / S::ROWS_PER_PASS; i++) {
-            const int r = cp_r + i * S::ROWS_PER_PASS;
+        for (int i = 0; i < S::CR / S::RPP; i++) {
+            const int r = cp_r + i * S::RPP;
             const uint64_t t = base + src_row(r);
             const bool ok = t < c1;
-            const size_t off = w.pos_off(ok, t) + cp_c * 8;
-            const int at = r * CH + (cp_c ^ (r & 7));
+            const size_t off = w.pos_off(ok, t) + cp_c * EPP;
+            const int at = landing(s, r);
             fdec_cp_async16_zfill(ks_ + at, kbase + off, ok ? 16u : 0u); /* rows past c1: zero-filled, not read */
             fdec_cp_async16_zfill(vs_ + at, vbase + off, ok ? 16u : 0u);
+        }
+    };
+    /* fp8: the pieces this thread copied into step s, as f16 into the 16-bit stage (raw piece c: pieces 2c, 2c + 1) */
+    auto convert = [&](int s) {
+        if constexpr (CVT) {
+#pragma unroll
+            for (int i = 0; i < S::CR / S::RPP; i++) {
+                const int r = cp_r + i * S::RPP;
+#pragma unroll
+                for (int kv = 0; kv < 2; kv++) {
+                    uint4 lo, hi;
+                    fdec_fp8_piece_to_f16<KT>(rst(s, kv)[landing(s, r)], lo, hi);
+                    uint4 *st = kv ? vst(0) : kst(0);
+                    st[r * CH + ((2 * cp_c) ^ (r & 7))] = lo; /* piece(st, r, c)'s places */
+                    st[r * CH + ((2 * cp_c + 1) ^ (r & 7))] = hi;
+                }
+            }
         }
     };
 
@@ -314,7 +371,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     /* q's 16-bit terms while the first steps' rows are on their way */
     unsigned qa[KS][4], qa3[NTERM == 3 ? KS : 1][2];
     float qinv;
-    fdec_mma_q_terms<KT, KS, NTERM>(qv, qok, p.scale_log2, qa, qa3, &qinv);
+    /* an fp8 cache's K scale goes into q (its V scale into o, at the end) */
+    const float qscale = CVT ? p.scale_log2 * fdec_kv_scale_of(p.sc, w.g, 0) : p.scale_log2;
+    fdec_mma_q_terms<MT, KS, NTERM>(qv, qok, qscale, qa, qa3, &qinv);
 
     const int prow = pg * PW; /* this warp's first position in a stage */
     for (int it = 0; it < nsteps; it++) {
@@ -322,6 +381,11 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         /* stage it has landed for every copying thread; stage it - 1 is free */
         if constexpr (WD == 1) __syncwarp();
         else __syncthreads();
+        if constexpr (CVT) { /* the 16-bit stage is free (every thread is past its reads above): convert into it */
+            convert(it % NSTAGE);
+            if constexpr (WD == 1) __syncwarp();
+            else __syncthreads();
+        }
         if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
         fdec_cp_async_commit();
         const int s = it % NSTAGE;
@@ -341,13 +405,13 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
                 const int r = prow + nt * 8 + (lane & 7), c = ds / 8 + kk * 4 + (lane >> 3);
                 unsigned b[4];
                 fdec_ldsm_x4(b, piece(K, r, c));
-                fdec_mma<KT>(sc[nt], qa[2 * kk], b[0], b[1]);
-                fdec_mma<KT>(sd[nt], qa[2 * kk + 1], b[2], b[3]);
+                fdec_mma<MT>(sc[nt], qa[2 * kk], b[0], b[1]);
+                fdec_mma<MT>(sd[nt], qa[2 * kk + 1], b[2], b[3]);
                 if constexpr (NTERM == 3) {
                     const unsigned a0[4] = {qa3[2 * kk][0], 0u, qa3[2 * kk][1], 0u};
                     const unsigned a1[4] = {qa3[2 * kk + 1][0], 0u, qa3[2 * kk + 1][1], 0u};
-                    fdec_mma<KT>(sc[nt], a0, b[0], b[1]);
-                    fdec_mma<KT>(sd[nt], a1, b[2], b[3]);
+                    fdec_mma<MT>(sc[nt], a0, b[0], b[1]);
+                    fdec_mma<MT>(sd[nt], a1, b[2], b[3]);
                 }
             }
         float sv[NT][2]; /* head gq at positions prow + nt * 8 + 2 cq + {0, 1} */
@@ -403,14 +467,14 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
             for (int j = 0; j < 4; j++) {
                 const float x = sv[2 * kp + (j >> 1)][j & 1];
                 const float w = x == -INFINITY ? 0.f : exp2f(x - smax) * PSCALE;
-                fdec_split16<KT>(w, t[j]);
+                fdec_split16<MT>(w, t[j]);
                 ls += (t[j][0] + t[j][1]) + t[j][2]; /* the weight the MMA applies */
             }
-            const unsigned pa[4] = {fdec_pack16<KT>(t[0][0], t[1][0]), fdec_pack16<KT>(t[0][1], t[1][1]),
-                                    fdec_pack16<KT>(t[2][0], t[3][0]), fdec_pack16<KT>(t[2][1], t[3][1])};
+            const unsigned pa[4] = {fdec_pack16<MT>(t[0][0], t[1][0]), fdec_pack16<MT>(t[0][1], t[1][1]),
+                                    fdec_pack16<MT>(t[2][0], t[3][0]), fdec_pack16<MT>(t[2][1], t[3][1])};
             unsigned pa3[4] = {0u, 0u, 0u, 0u};
             if constexpr (NTERM == 3)
-                pa3[0] = fdec_pack16<KT>(t[0][2], t[1][2]), pa3[2] = fdec_pack16<KT>(t[2][2], t[3][2]);
+                pa3[0] = fdec_pack16<MT>(t[0][2], t[1][2]), pa3[2] = fdec_pack16<MT>(t[2][2], t[3][2]);
 #pragma unroll
             for (int np = 0; np < OT / 2; np++) {
                 const int r = prow + kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), c = ds / 8 + np * 2 + (lane >> 4);
@@ -418,11 +482,11 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
                 fdec_ldsm_x4_t(b, piece(V, r, c));
                 /* this step's 16 positions from zero, then added in the FP32 pipe (rounded to nearest) */
                 float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
-                fdec_mma<KT>(d0, pa, b[0], b[1]);
-                fdec_mma<KT>(d1, pa, b[2], b[3]);
+                fdec_mma<MT>(d0, pa, b[0], b[1]);
+                fdec_mma<MT>(d1, pa, b[2], b[3]);
                 if constexpr (NTERM == 3) {
-                    fdec_mma<KT>(d0, pa3, b[0], b[1]);
-                    fdec_mma<KT>(d1, pa3, b[2], b[3]);
+                    fdec_mma<MT>(d0, pa3, b[0], b[1]);
+                    fdec_mma<MT>(d1, pa3, b[2], b[3]);
                 }
 #pragma unroll
                 for (int e = 0; e < 2; e++) { /* elements 0, 1: p's high terms; 2, 3: its low terms (the rows g + 8) */
@@ -449,13 +513,14 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     float *sm_m = smem, *sm_l = smem + WP * RT, *sm_o = smem + 2 * WP * RT; /* sm_o: [WP][RT][D] */
     if (gq < nh) {
         if (warp % WD == 0 && cq == 0) sm_m[pg * RT + gq] = m, sm_l[pg * RT + gq] = l * (1.f / PSCALE);
+        const float osc = CVT ? fdec_kv_scale_of(p.sc, w.g, 1) / PSCALE : 1.f / PSCALE; /* fp8: the V scale */
 #pragma unroll
         for (int j = 0; j < OT; j++) {
             const int d = ds + j * 8 + 2 * cq;
             /* o[j][2..3] are the last block (an inf in o makes it NaN, inf - inf: non-finite either way, and the tail
              * makes the head NaN, flashdec.h) */
-            sm_o[(pg * RT + gq) * D + d] = (o[j][0] + o[j][2]) * (1.f / PSCALE);
-            sm_o[(pg * RT + gq) * D + d + 1] = (o[j][1] + o[j][3]) * (1.f / PSCALE);
+            sm_o[(pg * RT + gq) * D + d] = (o[j][0] + o[j][2]) * osc;
+            sm_o[(pg * RT + gq) * D + d + 1] = (o[j][1] + o[j][3]) * osc;
         }
     }
     __syncthreads();

@@ -150,6 +150,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
     auto elem = [&](int i) { return lin * VEC + (i / VEC) * T * VEC + (i % VEC); };
 
     float q[RT][E];
+    /* an fp8 cache's K scale goes into q, its V scale into the chunk's o (before the tail) */
+    const float qscale = fdec_is_fp8<KT> ? p.scale_log2 * fdec_kv_scale_of(p.sc, g, 0) : p.scale_log2,
+                vscale = fdec_is_fp8<KT> ? fdec_kv_scale_of(p.sc, g, 1) : 1.f;
     fdec_with_loader(p.q, p.qt, [&](auto ld) {
 #pragma unroll
         for (int r = 0; r < RT; r++)
@@ -158,7 +161,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
                 const int d = elem(i);
                 const bool ok = r < nh && d < Dr;
                 const float x = ld(ok ? (size_t)(h0 + r) * Dr + d : (size_t)h0 * Dr); /* in bounds either way */
-                q[r][i] = ok ? x * p.scale_log2 : 0.f;
+                q[r][i] = ok ? x * qscale : 0.f;
             }
     });
     /* m, l, o: the running state of the steps since the last block sum (l, o relative to m). With SUMS, lt
@@ -224,7 +227,6 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
     /* in 64 bits: a chunk near the end of the 32-bit positions (seq_len up to 2^32 - 1) ends past 2^32 */
     const uint64_t c0 = (uint64_t)p.lo + (uint64_t)chunk * p.chunk_len,
                    c1 = c0 + p.chunk_len < p.hi ? c0 + p.chunk_len : (uint64_t)p.hi;
-    const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
     const uint32_t step = NW * GROUPS * U;
     /* the block sums' period, less one (a power of two): fixed with COMP, else from chunk_len / step steps a lane,
      * rounded up */
@@ -273,6 +275,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
     if constexpr (S::ASYNC) {
         /* STAGES-deep ring of steps in shared memory, filled by cp.async; a lane reads back only the 16-byte
          * pieces it copied itself, so waiting for its own copies is all the synchronisation needed */
+        const KT *kbase = (const KT *)p.k + (size_t)g * p.hs, *vbase = (const KT *)p.v + (size_t)g * p.hs;
         uint4 *ring = reinterpret_cast<uint4 *>(smem_raw);
         auto slot = [&](int stage, int u, int j, int kv) -> uint4 * {
             return ring + ((((stage * U + u) * NL + j) * 2 + kv) * (NW * 32) + threadIdx.x);
@@ -324,19 +327,21 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
         fdec_cp_async_wait<0>();
         __syncthreads(); /* the ring's memory is reused below */
     } else {
-        /* scalar loads into registers, the next step's loads issued before this step computes */
+        /* scalar loads into registers (element offsets: a block type has no element pointers), the next step's loads
+         * issued before this step computes */
+        static_assert(VEC == 1, "only the generic shape loads element by element");
         auto load_step = [&](uint64_t base, raw_t (&kr)[U][NL], raw_t (&vr)[U][NL]) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const bool valid = valid_at(base, u);
                 const uint32_t row = valid ? fdec_cache_row(p, base + u * NW * GROUPS + grp) : 0;
-                const KT *kp = kbase + (size_t)row * p.ps, *vp = vbase + (size_t)row * p.ps;
+                const size_t off = (size_t)g * p.hs + (size_t)row * p.ps;
 #pragma unroll
                 for (int j = 0; j < NL; j++) {
                     const int d = lin * VEC + j * T * VEC;
                     if (valid && (D || d < Dr)) {
-                        kr[u][j] = __ldg(reinterpret_cast<const raw_t *>(kp + d));
-                        vr[u][j] = __ldg(reinterpret_cast<const raw_t *>(vp + d));
+                        kr[u][j] = fdec_kv_raw1<KT>(p.k, off + d);
+                        vr[u][j] = fdec_kv_raw1<KT>(p.v, off + d);
                     } else {
                         memset(&kr[u][j], 0, sizeof(raw_t));
                         memset(&vr[u][j], 0, sizeof(raw_t));
@@ -374,7 +379,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
 #pragma unroll
             for (int i = 0; i < E; i++) {
                 int d = elem(i);
-                if (D || d < Dr) sm_o[(warp * RT + r) * Dr + d] = o[r][i];
+                if (D || d < Dr) sm_o[(warp * RT + r) * Dr + d] = o[r][i] * vscale;
             }
         }
     }

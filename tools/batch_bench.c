@@ -34,7 +34,8 @@ static int layout_make(layout *l, const fdec_layer *L, const uint32_t *lens, con
                        uint32_t maxlen, uint32_t P, fd_rng *r) {
     memset(l, 0, sizeof *l);
     const uint32_t D = L->head_dim, G = L->num_kv_heads;
-    const size_t es = fdec_dtype_size(L->kv_dtype), row = (size_t)G * D;
+    const fdec_dtype T = L->kv_dtype;
+    const size_t row = (size_t)G * D; /* elements; whole blocks of a block type (the presets' head_dims) */
     fdec_batch *b = &l->b;
     b->num_seqs = B, b->seq_lens = lens, b->q_lens = ql, b->max_seq_len = maxlen;
     uint32_t mq = 1;
@@ -56,23 +57,25 @@ static int layout_make(layout *l, const fdec_layer *L, const uint32_t *lens, con
                 l->table[(size_t)i * b->max_pages + pg] = (uint64_t)pg * P < lens[i] ? (int32_t)perm[next++] : -1;
         free(perm);
         b->page_table = l->table;
-        l->bytes = (size_t)pages * P * row * es;
+        l->bytes = fdec_dtype_bytes(T, (size_t)pages * P * row);
     } else {
         b->kv_seq_stride = (size_t)maxlen * row;
-        l->bytes = (size_t)B * b->kv_seq_stride * es;
+        l->bytes = fdec_dtype_bytes(T, (size_t)B * b->kv_seq_stride);
     }
     l->k = fd_alloc_kv(l->bytes), l->v = fd_alloc_kv(l->bytes);
-    if (!l->k || !l->v) return -1;
+    float *kx = malloc(D * sizeof(float)), *vx = malloc(D * sizeof(float));
+    if (!l->k || !l->v || !kx || !vx) return free(kx), free(vx), -1;
     for (uint32_t i = 0; i < B; i++)
         for (uint64_t t = 0; t < lens[i]; t++) {
             size_t at = P ? (size_t)l->table[(size_t)i * b->max_pages + t / P] * P * row + (size_t)(t % P) * row
                           : (size_t)i * b->kv_seq_stride + (size_t)t * row;
-            for (uint32_t g = 0; g < G; g++)
-                for (uint32_t d = 0; d < D; d++) {
-                    fdec_store_elem(l->k, at + (size_t)g * D + d, L->kv_dtype, value(i, t, g, d, 0));
-                    fdec_store_elem(l->v, at + (size_t)g * D + d, L->kv_dtype, value(i, t, g, d, 1));
-                }
+            for (uint32_t g = 0; g < G; g++) {
+                for (uint32_t d = 0; d < D; d++) kx[d] = value(i, t, g, d, 0), vx[d] = value(i, t, g, d, 1);
+                fdec_store_row(l->k, at + (size_t)g * D, T, kx, D);
+                fdec_store_row(l->v, at + (size_t)g * D, T, vx, D);
+            }
         }
+    free(kx), free(vx);
     return 0;
 }
 
@@ -149,7 +152,8 @@ int fd_batch_bench(const fd_batch_args *a) {
         fdec_problem s;
         memset(&s, 0, sizeof s);
         s.qpos = lens[i] - 1, s.nq = ql[i], s.window = L->window;
-        kv_bytes += 2.0 * (double)(lens[i] - fdec_token_lo(&s, 0)) * L->num_kv_heads * D * fdec_dtype_size(L->kv_dtype);
+        kv_bytes += 2.0 * (double)(lens[i] - fdec_token_lo(&s, 0)) * L->num_kv_heads *
+                    (double)fdec_dtype_bytes(L->kv_dtype, D);
     }
     int rc = 0;
     const size_t qb = rows * H * D * fdec_dtype_size(L->q_dtype), ob = rows * H * D * fdec_dtype_size(L->out_dtype);

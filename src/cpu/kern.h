@@ -78,26 +78,45 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
         }
         for (uint32_t i = 0; i < NACC; i++) acc[i] = vzero();
         const uintptr_t dv = (uintptr_t)vx - (uintptr_t)kb; /* K row -> V row: one register, not another pointer */
+        /* line: the byte offset of a line of the rows to ask for */
+#define QK_PREFETCH(line)                                                                                       \
+    do {                                                                                                        \
+        for (uint32_t p = 0; p < npf; p++) PF_LINE(kn + (size_t)(j0 + p) * kstride + (line));                   \
+        if (vx) /* the second ask for this block's V rows (CROSS_SHAPE) */                                       \
+            for (uint32_t p = 0; p < P; p++)                                                                    \
+                if (j0 + p < nb) PF_LINE((const char *)((uintptr_t)kr[p] + (line) + dv));                      \
+    } while (0)
+        /* a step: one vector, or a block type's whole block (SV vectors, its scale converted once a row) */
+        const uint32_t SV = fdec_dtype_table[T].block > 1 ? 32 / VW : 1;
         uint32_t d = 0;
-        for (; d + VW <= D; d += VW) {
-            if (spread && fdec_dtype_bytes(T, d) % 64 == 0) {
-                for (uint32_t p = 0; p < npf; p++) PF_LINE(kn + (size_t)(j0 + p) * kstride + fdec_dtype_bytes(T, d));
-                if (vx) /* the second ask for this block's V rows (CROSS_SHAPE) */
-                    for (uint32_t p = 0; p < P; p++)
-                        if (j0 + p < nb) PF_LINE((const char *)((uintptr_t)kr[p] + fdec_dtype_bytes(T, d) + dv));
-            }
-            V qv[8];
-            for (uint32_t h = 0; h < HT; h++) {
-                qv[h] = vloadf(q + (size_t)h * Dp + d);
-                /* one load per head, not one per (head, position); only where the NACC accumulators, the HT q
-                 * vectors and a K vector fit in the registers (AVX2's 16 at 8 heads a tile would spill) */
-                if (NACC + HT + 1 <= NVREG) vpin(&qv[h]);
-            }
+        for (; d + SV * VW <= D; d += SV * VW) {
+            if (spread && SV == 1 && fdec_dtype_bytes(T, d) % 64 == 0) QK_PREFETCH(fdec_dtype_bytes(T, d));
+            if (spread && SV > 1) /* the lines that begin in this block's bytes */
+                for (size_t ln = (fdec_dtype_bytes(T, d) + 63) & ~(size_t)63; ln < fdec_dtype_bytes(T, d + 32); ln += 64)
+                    QK_PREFETCH(ln);
+            V qv[32 / VW][8]; /* SV x HT of them (a compile-time bound: no variable-length array) */
+            for (uint32_t sv = 0; sv < SV; sv++)
+                for (uint32_t h = 0; h < HT; h++) {
+                    qv[sv][h] = vloadf(q + (size_t)h * Dp + d + sv * VW);
+                    /* one load per head, not one per (head, position); only where the NACC accumulators, the q
+                     * vectors and the K vectors fit in the registers (AVX2's 16 at 8 heads a tile would spill) */
+                    if (NACC + SV * (HT + 1) <= NVREG) vpin(&qv[sv][h]);
+                }
             for (uint32_t p = 0; p < P; p++) {
-                V kv = vload_row(kr[p], d, T);
-                for (uint32_t h = 0; h < HT; h++) acc[h * P + p] = vfma(kv, qv[h], acc[h * P + p]);
+                if (SV == 1) {
+                    V kv = vload_row(kr[p], d, T);
+                    for (uint32_t h = 0; h < HT; h++) acc[h * P + p] = vfma(kv, qv[0][h], acc[h * P + p]);
+                } else {
+                    const uint8_t *b = (const uint8_t *)kr[p] + fdec_dtype_bytes(T, d);
+                    const V sc = vblock_scale(b);
+                    for (uint32_t sv = 0; sv < SV; sv++) {
+                        V kv = vload_block(b, sv * VW, T, sc);
+                        for (uint32_t h = 0; h < HT; h++) acc[h * P + p] = vfma(kv, qv[sv][h], acc[h * P + p]);
+                    }
+                }
             }
         }
+#undef QK_PREFETCH
         if (d < D) { /* q is zero-padded to Dp, so only K needs a short load */
             for (uint32_t p = 0; p < P; p++) {
                 V kv = vload_kv_n(kr[p] + fdec_dtype_bytes(T, d), D - d, T); /* plain types: block types have no tail */
@@ -224,11 +243,17 @@ ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const fl
         if (j < nn)
             for (size_t b = pf0; b < se; b += 64) PF_LINE(vn + (size_t)j * vstride + b);
         const char *vr = vb + (size_t)j * vstride;
-        V vv[8];
-        for (uint32_t t = 0; t < DT; t++)
-            vv[t] = (D % VW && d0 + (t + 1) * VW > D)
-                        ? vload_kv_n(vr + fdec_dtype_bytes(T, d0 + t * VW), D - d0 - t * VW, T)
-                        : vload_row(vr, d0 + t * VW, T);
+        V vv[8], sc = vzero();
+        for (uint32_t t = 0; t < DT; t++) {
+            const uint32_t dd = d0 + t * VW;
+            if (fdec_dtype_table[T].block > 1) { /* a block's scale converted once for its vectors of the tile */
+                const uint8_t *b = (const uint8_t *)vr + fdec_dtype_bytes(T, dd);
+                if (t == 0 || dd % 32 == 0) sc = vblock_scale(b);
+                vv[t] = vload_block(b, dd % 32, T, sc);
+            } else
+                vv[t] = (D % VW && dd + VW > D) ? vload_kv_n(vr + fdec_dtype_bytes(T, dd), D - dd, T)
+                                                : vload_row(vr, dd, T);
+        }
         for (uint32_t h = 0; h < HT; h++) /* p[h][j] broadcast by each FMA (vfma_bcast) */
             for (uint32_t t = 0; t < DT; t++) acc[h][t] = vfma_bcast(sT + (size_t)h * NB + j, vv[t], acc[h][t]);
     }

@@ -12,6 +12,8 @@
  *   vload_kv_n(p,n,T) the first n < VW elements, zeros after (never reads past p + n)
  *   vload_row(r,d,T)  elements d .. d + VW of the K/V row at r, any type (a block type's VW elements lie in one
  *                     block: d is a multiple of VW); written once, below the sections
+ *   vblock_scale(b), vload_block(b, j, T, s)   a Q8_0 / Q4_0 block's scale s in every lane, and its elements
+ *                     j .. j + VW times s: a kernel converts the scale once for all of a block's vectors
  *   vreduce_all(a, o) o[i] = sum of the lanes of a[i] for the NACC vectors a[0..NACC)
  *   vreduce_rows(a, o, pitch, P)   the same sums as NACC / P rows of P, pitch floats apart
  *   vround(x), vldexp(p, n)   round to nearest integer; p * 2^n (the two ISA-specific steps of vexp)
@@ -142,9 +144,8 @@ ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
     if (T == FDEC_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-/* Elements j .. j + 16 (j 0 or 16) of a Q8_0 / Q4_0 block at b */
-ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T) {
-    const V d = _mm512_set1_ps(block_d(b));
+/* Elements j .. j + 16 (j 0 or 16) of a Q8_0 / Q4_0 block at b, d its scale (vblock_scale) */
+ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T, V d) {
     if (T == FDEC_Q8_0) return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2 + j)))));
     __m128i x = _mm_loadu_si128((const __m128i *)(b + 2));
     if (j) x = _mm_srli_epi16(x, 4);
@@ -223,9 +224,8 @@ ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
     if (T == FDEC_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-/* Elements j .. j + 8 (j a multiple of 8 below 32) of a Q8_0 / Q4_0 block at b */
-ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T) {
-    const V d = _mm256_set1_ps(block_d(b));
+/* Elements j .. j + 8 (j a multiple of 8 below 32) of a Q8_0 / Q4_0 block at b, d its scale (vblock_scale) */
+ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T, V d) {
     if (T == FDEC_Q8_0) return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + j)))));
     __m128i x = _mm_loadl_epi64((const __m128i *)(b + 2 + j % 16));
     if (j >= 16) x = _mm_srli_epi16(x, 4);
@@ -369,18 +369,26 @@ ALWAYS_INLINE void vreduce_rows(const V *a, float *out, size_t pitch, const uint
 #endif
 
 #if FDEC_ISA == 0 || FDEC_ISA == 3
-/* Elements j .. j + VW of a Q8_0 / Q4_0 block at b, element by element */
-ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T) {
+/* Elements j .. j + VW of a Q8_0 / Q4_0 block at b, d its scale (vblock_scale): the codes element by element */
+ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T, V d) {
     float buf[VW];
-    for (uint32_t i = 0; i < VW; i++) buf[i] = load1(b, j + i, T);
-    return vloadf(buf);
+    for (uint32_t i = 0; i < VW; i++) {
+        const uint32_t k = j + i, nib = k < 16 ? b[2 + k] & 15 : b[2 + k - 16] >> 4;
+        buf[i] = T == FDEC_Q8_0 ? (float)(int8_t)b[2 + k] : (float)((int)nib - 8);
+    }
+    return vmul(vloadf(buf), d);
 }
 #endif
 
+/* A Q8_0 / Q4_0 block's scale in every lane: converted once for all the block's vectors (vload_block). */
+ALWAYS_INLINE V vblock_scale(const uint8_t *b) { return vset1(block_d(b)); }
+
 /* Elements d .. d + VW of a K/V row at r: a plain type's at r + d elements, a block type's from its block */
 ALWAYS_INLINE V vload_row(const char *r, uint32_t d, fdec_dtype T) {
-    if (T == FDEC_Q8_0 || T == FDEC_Q4_0)
-        return vload_block((const uint8_t *)r + fdec_dtype_bytes(T, d), d % 32, T);
+    if (T == FDEC_Q8_0 || T == FDEC_Q4_0) {
+        const uint8_t *b = (const uint8_t *)r + fdec_dtype_bytes(T, d);
+        return vload_block(b, d % 32, T, vblock_scale(b));
+    }
     return vload_kv(r + (size_t)d * fdec_dtype_size(T), T);
 }
 

@@ -3,6 +3,7 @@
  * states (state.h) into out and lse. */
 #include "cpu.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -499,7 +500,14 @@ static void cpu_destroy(void *impl) {
 static const fdec_backend_ops cpu_ops = {cpu_destroy, cpu_reserve,      cpu_decode, cpu_plan,    NULL,
                                          cpu_merge,   cpu_decode_batch, NULL,       cpu_kv_write};
 
+float fdec_cpu_f16_table[1 << 16];
+static pthread_once_t f16_table_once = PTHREAD_ONCE_INIT;
+static void f16_table_fill(void) {
+    for (uint32_t h = 0; h < (1u << 16); h++) fdec_cpu_f16_table[h] = fdec_f16_to_f32((uint16_t)h);
+}
+
 fdec_status fdec_cpu_create(const fdec_options *o, void **impl, const fdec_backend_ops **ops) {
+    pthread_once(&f16_table_once, f16_table_fill);
     fdec_cpu_path path = FDEC_CPU_SCALAR;
     fdec_status st = choose_path(o->cpu_path, &path);
     if (st) return st;

@@ -42,6 +42,10 @@ typedef struct {
 /* The prefetch distance in blocks for this machine: 1 on Intel processors, 2 elsewhere (TUNING.md). */
 uint32_t fdec_cpu_pf_blocks(void);
 
+/* Every f16 value as f32 (256 KiB), filled once by the first CPU context: a Q8_0 / Q4_0 block's scale is one table
+ * load and a broadcast from memory, no work for the vector pipes the block's FMAs need. */
+extern float fdec_cpu_f16_table[1 << 16];
+
 /* A kernel call's positions [t0, t1). The rows it asks for ahead of use may run on to pf_end (>= t1): the positions
  * the same thread goes on to next, whose first rows are then on their way when it gets there. ramp: the call starts
  * cold (nothing of its first blocks asked for yet) and asks for them first. */

@@ -64,13 +64,13 @@ ALWAYS_INLINE float load1(const void *p, size_t i, fdec_dtype T) {
     if (T == FDEC_BF16) return b2f(((const uint16_t *)p)[i]);
     return fdec_load_elem(p, i, T); /* fp8 and the block types: the type table's, exact */
 }
-/* A Q8_0 / Q4_0 block's f16 scale (the x86 paths convert it with F16C: the portable conversion cost more than the
- * rest of a vector's load). */
+/* A Q8_0 / Q4_0 block's f16 scale (the x86 paths look it up in fdec_cpu_f16_table: the portable conversion cost more
+ * than the rest of a vector's load, and F16C's took the vector pipes' time). */
 ALWAYS_INLINE float block_d(const uint8_t *b) {
 #if FDEC_ISA == 1 || FDEC_ISA == 2
     uint16_t h;
     memcpy(&h, b, 2);
-    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+    return fdec_cpu_f16_table[h];
 #else
     return h2f((uint16_t)(b[0] | b[1] << 8));
 #endif

@@ -108,7 +108,7 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
                     for (uint32_t h = 0; h < HT; h++) acc[h * P + p] = vfma(kv, qv[0][h], acc[h * P + p]);
                 } else {
                     const uint8_t *b = (const uint8_t *)kr[p] + fdec_dtype_bytes(T, d);
-                    const V sc = vblock_scale(b);
+                    const V sc = vblock_scale(b, T);
                     for (uint32_t sv = 0; sv < SV; sv++) {
                         V kv = vload_block(b, sv * VW, T, sc);
                         for (uint32_t h = 0; h < HT; h++) acc[h * P + p] = vfma(kv, qv[sv][h], acc[h * P + p]);
@@ -248,7 +248,7 @@ ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const fl
             const uint32_t dd = d0 + t * VW;
             if (fdec_dtype_table[T].block > 1) { /* a block's scale converted once for its vectors of the tile */
                 const uint8_t *b = (const uint8_t *)vr + fdec_dtype_bytes(T, dd);
-                if (t == 0 || dd % 32 == 0) sc = vblock_scale(b);
+                if (t == 0 || dd % 32 == 0) sc = vblock_scale(b, T);
                 vv[t] = vload_block(b, dd % 32, T, sc);
             } else
                 vv[t] = (D % VW && dd + VW > D) ? vload_kv_n(vr + fdec_dtype_bytes(T, dd), D - dd, T)

@@ -12,8 +12,9 @@
  *   vload_kv_n(p,n,T) the first n < VW elements, zeros after (never reads past p + n)
  *   vload_row(r,d,T)  elements d .. d + VW of the K/V row at r, any type (a block type's VW elements lie in one
  *                     block: d is a multiple of VW); written once, below the sections
- *   vblock_scale(b), vload_block(b, j, T, s)   a Q8_0 / Q4_0 block's scale s in every lane, and its elements
- *                     j .. j + VW times s: a kernel converts the scale once for all of a block's vectors
+ *   vblock_scale(b, T), vload_block(b, j, T, s)   what a Q8_0 / Q4_0 block's vectors share (its scale in every
+ *                     lane; AVX-512's Q4_0: its 16 values, d (n - 8) for n = 0..15), and its elements j .. j + VW from
+ *                     it: a kernel makes s once for all of a block's vectors
  *   vreduce_all(a, o) o[i] = sum of the lanes of a[i] for the NACC vectors a[0..NACC)
  *   vreduce_rows(a, o, pitch, P)   the same sums as NACC / P rows of P, pitch floats apart
  *   vround(x), vldexp(p, n)   round to nearest integer; p * 2^n (the two ISA-specific steps of vexp)
@@ -144,13 +145,19 @@ ALWAYS_INLINE V vload_kv_n(const void *p, uint32_t n, fdec_dtype T) {
     if (T == FDEC_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-/* Elements j .. j + 16 (j 0 or 16) of a Q8_0 / Q4_0 block at b, d its scale (vblock_scale) */
-ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T, V d) {
-    if (T == FDEC_Q8_0) return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2 + j)))));
+/* What a block's vectors share: Q8_0's scale in every lane; Q4_0's 16 values d (n - 8), lane n, so that a vector of
+ * its elements is one permute of them by the nibbles (the products are the ones d * (n - 8) would give) */
+ALWAYS_INLINE V vblock_scale(const uint8_t *b, fdec_dtype T) {
+    const V d = _mm512_set1_ps(block_d(b));
+    if (T == FDEC_Q8_0) return d;
+    return _mm512_mul_ps(d, _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7));
+}
+/* Elements j .. j + 16 (j 0 or 16) of a Q8_0 / Q4_0 block at b, s from vblock_scale */
+ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T, V s) {
+    if (T == FDEC_Q8_0) return _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2 + j)))));
     __m128i x = _mm_loadu_si128((const __m128i *)(b + 2));
-    if (j) x = _mm_srli_epi16(x, 4);
-    const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(x, _mm_set1_epi8(15))), _mm512_set1_epi32(8));
-    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
+    if (j) x = _mm_srli_epi16(x, 4); /* the high nibbles down; the permute reads an index's low 4 bits only */
+    return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(x), s);
 }
 /* out[i] = sum of a[i]'s lanes for the 16 vectors a[0..15], by a transposing add tree: 45 shuffles and adds for 16
  * sums instead of 16 separate reductions of 8 steps. The tree works inside the 128-bit lanes first (24 vshufps) and
@@ -223,6 +230,11 @@ ALWAYS_INLINE V vload_kv(const void *p, fdec_dtype T) {
     __m128i h = _mm_loadu_si128((const __m128i *)p);
     if (T == FDEC_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+/* A Q8_0 / Q4_0 block's scale in every lane */
+ALWAYS_INLINE V vblock_scale(const uint8_t *b, fdec_dtype T) {
+    (void)T;
+    return _mm256_set1_ps(block_d(b));
 }
 /* Elements j .. j + 8 (j a multiple of 8 below 32) of a Q8_0 / Q4_0 block at b, d its scale (vblock_scale) */
 ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T, V d) {
@@ -378,16 +390,18 @@ ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T, V d) {
     }
     return vmul(vloadf(buf), d);
 }
+/* A Q8_0 / Q4_0 block's scale in every lane */
+ALWAYS_INLINE V vblock_scale(const uint8_t *b, fdec_dtype T) {
+    (void)T;
+    return vset1(block_d(b));
+}
 #endif
-
-/* A Q8_0 / Q4_0 block's scale in every lane: converted once for all the block's vectors (vload_block). */
-ALWAYS_INLINE V vblock_scale(const uint8_t *b) { return vset1(block_d(b)); }
 
 /* Elements d .. d + VW of a K/V row at r: a plain type's at r + d elements, a block type's from its block */
 ALWAYS_INLINE V vload_row(const char *r, uint32_t d, fdec_dtype T) {
     if (T == FDEC_Q8_0 || T == FDEC_Q4_0) {
         const uint8_t *b = (const uint8_t *)r + fdec_dtype_bytes(T, d);
-        return vload_block(b, d % 32, T, vblock_scale(b));
+        return vload_block(b, d % 32, T, vblock_scale(b, T));
     }
     return vload_kv(r + (size_t)d * fdec_dtype_size(T), T);
 }

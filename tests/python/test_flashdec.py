@@ -432,6 +432,32 @@ def test_quantised_caches(kind):
     assert np.abs(out - ref).max() < 2e-5  # the reference on the dequantised cache
 
 
+@pytest.mark.parametrize("kind", ["q8_0", "q4_0", "e4m3", "e5m2"])
+def test_torch_cuda_quantised_caches(kind):
+    """The same on CUDA tensors: float8 caches with a per-KV-head scale tensor on the device, uint8 blocks."""
+    torch = torch_cuda()
+    rng = np.random.default_rng(12)
+    H, G, L, D = 16, 4, 3000, 128
+    q = rand(rng, (H, D), np.float32)
+    k, v = rand(rng, (L, G, D), np.float32), rand(rng, (L, G, D), np.float32)
+    if kind.startswith("q"):
+        kq, vq = flashdec.quantize(k, kind), flashdec.quantize(v, kind)
+        out = flashdec.decode(torch.from_numpy(q).cuda(), torch.from_numpy(kq).cuda(), torch.from_numpy(vq).cuda(),
+                              kv_dtype=kind)
+        kd, vd = dequantize_blocks(kq, kind), dequantize_blocks(vq, kind)
+    else:
+        tt = torch.float8_e4m3fn if kind == "e4m3" else torch.float8_e5m2
+        ks = np.array([0.5, 1.0, 2.0, 0.25], np.float32)
+        kq = (torch.from_numpy(k) / torch.from_numpy(ks)[None, :, None]).to(tt)
+        vq = (torch.from_numpy(v) / 0.25).to(tt)
+        out = flashdec.decode(torch.from_numpy(q).cuda(), kq.cuda(), vq.cuda(), k_scales=torch.from_numpy(ks).cuda(),
+                              v_scale=0.25)
+        kd = kq.to(torch.float64).numpy() * ks[None, :, None]
+        vd = vq.to(torch.float64).numpy() * 0.25
+    ref, _ = reference(q, kd, vd, L)
+    assert out.is_cuda and np.abs(out.cpu().numpy() - ref).max() < 2e-5
+
+
 def test_quantised_bad_input():
     q = np.zeros((2, 48), np.float32)
     with pytest.raises(ValueError, match="multiple of 32"):

@@ -91,9 +91,10 @@ ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const fl
         uint32_t d = 0;
         for (; d + SV * VW <= D; d += SV * VW) {
             if (spread && SV == 1 && fdec_dtype_bytes(T, d) % 64 == 0) QK_PREFETCH(fdec_dtype_bytes(T, d));
-            if (spread && SV > 1) /* the lines that begin in this block's bytes */
-                for (size_t ln = (fdec_dtype_bytes(T, d) + 63) & ~(size_t)63; ln < fdec_dtype_bytes(T, d + 32); ln += 64)
-                    QK_PREFETCH(ln);
+            if (spread && SV > 1) { /* the lines that begin in this block's bytes */
+                const size_t b0 = fdec_dtype_bytes(T, d), b1 = fdec_dtype_bytes(T, d + 32);
+                for (size_t ln = (b0 + 63) & ~(size_t)63; ln < b1; ln += 64) QK_PREFETCH(ln);
+            }
             V qv[32 / VW][8]; /* SV x HT of them (a compile-time bound: no variable-length array) */
             for (uint32_t sv = 0; sv < SV; sv++)
                 for (uint32_t h = 0; h < HT; h++) {

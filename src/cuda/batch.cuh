@@ -9,8 +9,8 @@
  *   the decode       block (KV head and head tile, chunk, sequence) computes the partial states (state.h) of a tile
  *                     of the sequence's (token, query head) rows of one KV head over one chunk of its positions, each
  *                     K/V row read once for all of them: mma.cuh's tensor-core kernel (8 rows a tile, over
- *                     fdec_mma_work<fdec_batch_params> below) for 16-bit caches on its shapes, fdec_batch_kernel
- *                     (SIMT, RT rows) for the others. A sequence's chunks are chunk_len positions from its first
+ *                     fdec_mma_work<fdec_batch_params> below) for 16-bit and fp8 caches on its shapes,
+ *                     fdec_batch_kernel (SIMT, RT rows) for the others. A sequence's chunks are chunk_len positions from its first
  *                     attended position, chunk_len fixed by the batch's bounds (max_seq_len, max_q_len), never by
  *                     the other sequences: batch invariance.
  *   fdec_batch_merge  merges each (row, head)'s chunk states into out and lse (merge.cuh's fdec_merge_heads, the sink
@@ -387,7 +387,8 @@ __global__ void fdec_kv_write_kernel(const fdec_kv_write_params p) {
                 for (uint32_t d = threadIdx.x * 32; d < p.D; d += blockDim.x * 32)
                     fdec_quantise_block((unsigned char *)cache + (off + d) / 32 * bb, ld, src + d, p.ct == FDEC_Q4_0);
             } else
-                for (uint32_t d = threadIdx.x; d < p.D; d += blockDim.x) fdec_store_any(cache, off + d, p.ct, ld(src + d));
+                for (uint32_t d = threadIdx.x; d < p.D; d += blockDim.x)
+                    fdec_store_any(cache, off + d, p.ct, ld(src + d));
         });
     }
 }

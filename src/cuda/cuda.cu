@@ -171,8 +171,8 @@ static int use_mma(const cuda_impl *c, const fdec_problem *p, int fast) {
 }
 
 /* Which kernel family serves the call and its head tiles: the tensor-core kernel (8 heads a tile) for 16-bit and fp8
- * K/V on the fast shapes (head_dim 64-512, 16-byte aligned rows) where the device lets a block have its shared memory (every
- * instance fits an A100's 163 KiB and the 99 KiB of an sm_86/89 card); the SIMT kernel otherwise. */
+ * K/V on the fast shapes (head_dim 64-512, 16-byte aligned rows) where the device lets a block have its shared memory
+ * (every instance fits an A100's 163 KiB; a card of 99 KiB takes the head_dims up to 128); the SIMT kernel otherwise. */
 static void choose_kernel(const cuda_impl *c, const fdec_problem *p, uint64_t kaddr, uint64_t vaddr, launch_plan *lp) {
     lp->fast = fast_rows(p, 0, kaddr, vaddr);
     const uint32_t vec = lp->fast ? (uint32_t)(16 / fdec_dtype_size(p->kvt)) : 1,
@@ -515,7 +515,7 @@ typedef struct {
 } batch_plan;
 
 /* A batch's plan: the kernel by the shape and alignment (kaddr, vaddr: the caches; 0 for a reserve) as a single
- * call's (use_mma: the tensor-core kernel for 16-bit caches on its shapes, else the SIMT one), the split of
+ * call's (use_mma: the tensor-core kernel for 16-bit and fp8 caches on its shapes, else the SIMT one), the split of
  * the batch's largest problem (bp->p: max_seq_len positions, max_q_len tokens) for FDEC_CUDA_BLOCKS_PER_SM blocks an
  * SM as if it were alone. Nothing depends on num_seqs but the rows, so a sequence's chunks, and bits, are its own. */
 static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *bp, uint64_t kaddr, uint64_t vaddr) {

@@ -111,8 +111,8 @@ struct fdec_mma_work<fdec_cuda_params> {
     __device__ size_t state(int r) const { return (size_t)(h0 + r) * p.nc + chunk; }
 };
 
-/* The dynamic shared memory of the kernel: the ring, and at D > 128 the partial scores the warps of a group
- * exchange */
+/* The dynamic shared memory of the kernel: the ring (of raw stages and the converted stage for fp8), and at D > 128
+ * the partial scores the warps of a group exchange */
 template <int D, int ES = 2>
 constexpr size_t fdec_mma_smem_bytes() {
     using S = fdec_mma_shape<D, ES>;

@@ -1,5 +1,5 @@
-/* simt.cuh — the SIMT decode kernel: f32 K/V, unaligned and odd shapes, and any shape the tensor-core kernel
- * (mma.cuh) does not take.
+/* simt.cuh — the SIMT decode kernel: f32 K/V, ggml's Q8_0 / Q4_0 blocks, unaligned and odd shapes, and any shape the
+ * tensor-core kernel (mma.cuh) does not take.
  *
  * Block (head tile x, chunk y, KV head z) computes the partial state (state.h) of up to RT query heads of KV
  * head z over the chunk's positions, so each K/V row is read from memory once for all the heads of its group.

@@ -61,6 +61,14 @@ char *describe(const fd_problem *pr, char *buf, size_t n) {
 }
 
 
+/* *a (n floats, or NULL) replaced by a device copy, which *keep holds for inputs_free; -1 where that fails */
+static int dev_array(const float **a, void **keep, size_t n) {
+    if (!*a) return 0;
+    if (!(*keep = fd_dev_alloc(n * sizeof(float))) || fd_h2d(*keep, *a, n * sizeof(float))) return -1;
+    *a = *keep;
+    return 0;
+}
+
 int inputs_make(inputs *in, const fd_problem *pr) {
     memset(in, 0, sizeof *in);
     in->sinks = pr->layer.sinks, in->alibi = pr->layer.alibi_slopes;
@@ -75,25 +83,10 @@ int inputs_make(inputs *in, const fd_problem *pr) {
         fd_h2d(in->dv, pr->v, kb))
         return -1;
     in->q = in->dq, in->k = in->dk, in->v = in->dv;
-    const size_t hb = pr->p.H * sizeof(float);
-    if (in->sinks) {
-        if (!(in->dsinks = fd_dev_alloc(hb)) || fd_h2d(in->dsinks, in->sinks, hb)) return -1;
-        in->sinks = in->dsinks;
-    }
-    if (in->alibi) {
-        if (!(in->dalibi = fd_dev_alloc(hb)) || fd_h2d(in->dalibi, in->alibi, hb)) return -1;
-        in->alibi = in->dalibi;
-    }
-    const size_t gb = pr->p.G * sizeof(float);
-    if (in->kscales) {
-        if (!(in->dks = fd_dev_alloc(gb)) || fd_h2d(in->dks, in->kscales, gb)) return -1;
-        in->kscales = in->dks;
-    }
-    if (in->vscales) {
-        if (!(in->dvs = fd_dev_alloc(gb)) || fd_h2d(in->dvs, in->vscales, gb)) return -1;
-        in->vscales = in->dvs;
-    }
-    return 0;
+    return dev_array(&in->sinks, &in->dsinks, pr->p.H) || dev_array(&in->alibi, &in->dalibi, pr->p.H) ||
+                   dev_array(&in->kscales, &in->dks, pr->p.G) || dev_array(&in->vscales, &in->dvs, pr->p.G)
+               ? -1
+               : 0;
 }
 
 void inputs_free(inputs *in) {

@@ -23,17 +23,12 @@ typedef struct {
     uint32_t window;        /* the layer's window (0: none), for the tokens' ranges (fdec_token_lo) */
     fdec_dtype qt, kvt, ot;
     fdec_kv_layout kv;      /* where the K/V rows are (kv.h) */
-    struct {
-        float k, v;             /* fp8 caches' scales (1 otherwise; 0 in the layer became 1) */
-        const float *ks, *vs;   /* or per KV head ([G], 0 meaning 1), where set */
-    } scales;
+    fdec_kv_scales scales;  /* fp8 caches' scales (kv.h) */
 } fdec_problem;
 
 /* The scale of KV head g's K (which 0) or V (1) values: fp8 caches', 1 for every other type. */
 static inline float fdec_kv_scale(const fdec_problem *p, uint32_t g, int which) {
-    const float *a = which ? p->scales.vs : p->scales.ks;
-    const float x = a ? a[g] : which ? p->scales.v : p->scales.k;
-    return x != 0.0f ? x : 1.0f;
+    return fdec_kv_scale_at(&p->scales, g, which);
 }
 
 static inline uint64_t fdec_token_pos(const fdec_problem *p, uint32_t i) { return fdec_tok_pos(p->qpos, p->nq, i); }

@@ -84,6 +84,21 @@ FDEC_HD size_t fdec_kv_slot(const fdec_kv_layout *L, uint64_t s) {
     return (size_t)s * L->ps;
 }
 
+/* An fp8 cache's scales (flashdec.h: K = k_scale * fp8, V likewise), per KV head where ks / vs are given (host arrays
+ * on the CPU, device arrays read by the CUDA kernels): the CPU kernels fold them into q and the output, the CUDA
+ * kernels into q and the chunk's o. k and v hold 1 where the layer's are 0; 1 for every other K/V type. */
+typedef struct {
+    float k, v;
+    const float *ks, *vs;
+} fdec_kv_scales;
+
+/* KV head g's scale of K (which 0) or V (1); an array's 0 means 1. */
+FDEC_HD float fdec_kv_scale_at(const fdec_kv_scales *s, uint32_t g, int which) {
+    const float *a = which ? s->vs : s->ks;
+    const float x = a ? a[g] : which ? s->v : s->k;
+    return x != 0.0f ? x : 1.0f;
+}
+
 /* Query token i's position and the first position it attends (flashdec.h, "Rows"): token nq - 1 is at qpos, the
  * ones before it one position earlier each, and each attends [lo, its position] (causal among the new tokens). */
 FDEC_HD uint64_t fdec_tok_pos(uint64_t qpos, uint32_t nq, uint32_t i) { return qpos - (nq - 1 - i); }

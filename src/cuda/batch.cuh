@@ -47,7 +47,7 @@ struct fdec_batch_params {
     float scale_log2;
     int qt, ot;
     fdec_logits logits;
-    fdec_kv_scales sc; /* fp8 caches' scales */
+    fdec_kv_scales sc; /* fp8 caches' scales (kv.h) */
 };
 
 /* The work of a tensor-core block of a batch (mma.cuh's fdec_mma_work): block (KV head g and head tile, chunk,
@@ -171,8 +171,8 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_BATCH_BLOCKS_PER_SM
     auto elem = [&](int i) { return lin * VEC + (i / VEC) * T * VEC + (i % VEC); };
     float q[RT][E];
     /* an fp8 cache's K scale goes into q, its V scale into the chunk's o */
-    const float qscale = fdec_is_fp8<KT> ? p.scale_log2 * fdec_kv_scale_of(p.sc, g, 0) : p.scale_log2,
-                vscale = fdec_is_fp8<KT> ? fdec_kv_scale_of(p.sc, g, 1) : 1.f;
+    const float qscale = fdec_is_fp8<KT> ? p.scale_log2 * fdec_kv_scale_at(&p.sc, g, 0) : p.scale_log2,
+                vscale = fdec_is_fp8<KT> ? fdec_kv_scale_at(&p.sc, g, 1) : 1.f;
     fdec_with_loader(p.q, p.qt, [&](auto ld) {
 #pragma unroll
         for (int r = 0; r < RT; r++) {

@@ -24,17 +24,6 @@
 /* Blocks per SM: the split's aim (cuda.cu) and the tensor-core kernel's launch bounds (TUNING.md). */
 #define FDEC_CUDA_BLOCKS_PER_SM 2
 
-/* An fp8 cache's scales (flashdec.h: K = k_scale * fp8, V likewise; 0 means 1), per KV head where ks / vs (device
- * arrays) are given. The kernels fold K's into q and V's into the chunk's o. */
-struct fdec_kv_scales {
-    float k, v;
-    const float *ks, *vs;
-};
-__device__ __forceinline__ float fdec_kv_scale_of(const fdec_kv_scales &s, uint32_t g, int which) {
-    const float x = which ? (s.vs ? s.vs[g] : s.v) : (s.ks ? s.ks[g] : s.k);
-    return x != 0.0f ? x : 1.0f;
-}
-
 struct fdec_cuda_params {
     const void *q, *k, *v;
     void *out;
@@ -48,7 +37,7 @@ struct fdec_cuda_params {
     int qt, ot;
     fdec_logits logits; /* the variants (logits.h): the kernels' fdec_logit2, the chunk merges' sink */
     uint32_t qpos;      /* the query's position */
-    fdec_kv_scales sc;  /* fp8 caches' scales */
+    fdec_kv_scales sc;  /* fp8 caches' scales (kv.h) */
 };
 
 /* The cache row of attended position t (lo <= t < lo + ring when there is a ring): kv.h's rule, from ring_lo =

@@ -320,12 +320,6 @@ static fdec_status configure(cuda_impl *c, const void *fn, size_t smem) {
     return FDEC_OK;
 }
 
-/* An fp8 cache's scales as the kernels take them (the per-head arrays are device memory, read there). */
-static fdec_kv_scales kv_scales(const fdec_problem *p) {
-    fdec_kv_scales sc = {p->scales.k, p->scales.v, p->scales.ks, p->scales.vs};
-    return sc;
-}
-
 /* The kernels' parameters for a call of p planned as lp. */
 static fdec_cuda_params call_params(const cuda_impl *c, const fdec_problem *p, const launch_plan *lp, const void *q,
                                     const void *k, const void *v, void *out, float *lse) {
@@ -345,7 +339,7 @@ static fdec_cuda_params call_params(const cuda_impl *c, const fdec_problem *p, c
     prm.qt = (int)p->qt, prm.ot = (int)p->ot;
     prm.logits = p->logits;
     prm.qpos = p->qpos;
-    prm.sc = kv_scales(p);
+    prm.sc = p->scales;
     return prm;
 }
 
@@ -590,7 +584,7 @@ static fdec_status cuda_decode_batch(void *impl, const fdec_batch_problem *bp, c
     prm.scale_log2 = p->logits.scale * 1.4426950408889634f;
     prm.qt = (int)p->qt, prm.ot = (int)p->ot;
     prm.logits = p->logits;
-    prm.sc = kv_scales(p);
+    prm.sc = p->scales;
     /* three programmatic dependent launches on sm_90, as cuda_decode's: the check, the decode, the merge */
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

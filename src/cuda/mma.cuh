@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     unsigned qa[KS][4], qa3[NTERM == 3 ? KS : 1][2];
     float qinv;
     /* an fp8 cache's K scale goes into q (its V scale into o, at the end) */
-    const float qscale = CVT ? p.scale_log2 * fdec_kv_scale_of(p.sc, w.g, 0) : p.scale_log2;
+    const float qscale = CVT ? p.scale_log2 * fdec_kv_scale_at(&p.sc, w.g, 0) : p.scale_log2;
     fdec_mma_q_terms<MT, KS, NTERM>(qv, qok, qscale, qa, qa3, &qinv);
 
     const int prow = pg * PW; /* this warp's first position in a stage */
@@ -513,7 +513,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     float *sm_m = smem, *sm_l = smem + WP * RT, *sm_o = smem + 2 * WP * RT; /* sm_o: [WP][RT][D] */
     if (gq < nh) {
         if (warp % WD == 0 && cq == 0) sm_m[pg * RT + gq] = m, sm_l[pg * RT + gq] = l * (1.f / PSCALE);
-        const float osc = CVT ? fdec_kv_scale_of(p.sc, w.g, 1) / PSCALE : 1.f / PSCALE; /* fp8: the V scale */
+        const float osc = CVT ? fdec_kv_scale_at(&p.sc, w.g, 1) / PSCALE : 1.f / PSCALE; /* fp8: the V scale */
 #pragma unroll
         for (int j = 0; j < OT; j++) {
             const int d = ds + j * 8 + 2 * cq;

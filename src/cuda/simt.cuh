@@ -151,8 +151,8 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
 
     float q[RT][E];
     /* an fp8 cache's K scale goes into q, its V scale into the chunk's o (before the tail) */
-    const float qscale = fdec_is_fp8<KT> ? p.scale_log2 * fdec_kv_scale_of(p.sc, g, 0) : p.scale_log2,
-                vscale = fdec_is_fp8<KT> ? fdec_kv_scale_of(p.sc, g, 1) : 1.f;
+    const float qscale = fdec_is_fp8<KT> ? p.scale_log2 * fdec_kv_scale_at(&p.sc, g, 0) : p.scale_log2,
+                vscale = fdec_is_fp8<KT> ? fdec_kv_scale_at(&p.sc, g, 1) : 1.f;
     fdec_with_loader(p.q, p.qt, [&](auto ld) {
 #pragma unroll
         for (int r = 0; r < RT; r++)

@@ -413,6 +413,12 @@ def dequantize_blocks(b, kind):
     return (d * vals).reshape(b.shape[:-1] + (-1,))
 
 
+def block_caches(k, v, kind):
+    """k and v quantised into ggml's blocks (uint8), and the float64 values those blocks hold."""
+    kq, vq = flashdec.quantize(k, kind), flashdec.quantize(v, kind)
+    return kq, vq, dequantize_blocks(kq, kind), dequantize_blocks(vq, kind)
+
+
 @pytest.mark.parametrize("kind", ["q8_0", "q4_0", "e4m3", "e5m2"])
 def test_quantised_caches(kind):
     rng = np.random.default_rng(11)
@@ -420,9 +426,8 @@ def test_quantised_caches(kind):
     q = rand(rng, (H, D), np.float32)
     k, v = rand(rng, (L, G, D), np.float32), rand(rng, (L, G, D), np.float32)
     if kind.startswith("q"):
-        kq, vq = flashdec.quantize(k, kind), flashdec.quantize(v, kind)
+        kq, vq, kd, vd = block_caches(k, v, kind)
         out = flashdec.decode(q, kq, vq, kv_dtype=kind, window=300)
-        kd, vd = dequantize_blocks(kq, kind), dequantize_blocks(vq, kind)
     else:
         t = ml_dtypes.float8_e4m3fn if kind == "e4m3" else ml_dtypes.float8_e5m2
         kq, vq = (k / 0.5).astype(t), (v / 0.25).astype(t)
@@ -441,10 +446,9 @@ def test_torch_cuda_quantised_caches(kind):
     q = rand(rng, (H, D), np.float32)
     k, v = rand(rng, (L, G, D), np.float32), rand(rng, (L, G, D), np.float32)
     if kind.startswith("q"):
-        kq, vq = flashdec.quantize(k, kind), flashdec.quantize(v, kind)
+        kq, vq, kd, vd = block_caches(k, v, kind)
         out = flashdec.decode(torch.from_numpy(q).cuda(), torch.from_numpy(kq).cuda(), torch.from_numpy(vq).cuda(),
                               kv_dtype=kind)
-        kd, vd = dequantize_blocks(kq, kind), dequantize_blocks(vq, kind)
     else:
         tt = torch.float8_e4m3fn if kind == "e4m3" else torch.float8_e5m2
         ks = np.array([0.5, 1.0, 2.0, 0.25], np.float32)

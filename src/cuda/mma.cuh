@@ -18,7 +18,7 @@
  * Block = 4 warps. A warp owns DW = min(D, 128) dimensions (q fragments and the O accumulator, 64 registers) and PW
  * positions of each staged step: at D = 256 two warps, at D = 512 four warps share a position group and add their
  * partial scores through shared memory. A stage holds NP = STAGE_BYTES / (4 D) positions of K and V (rows
- * XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); STAGES stages are in flight.
+ * XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); NSTAGE stages are in flight.
  * At D <= 128 each warp copies and waits for its own rows, with no block barrier in the loop (at D = 64 a warp's
  * rows are every fourth position of the step); at D >= 256 the whole block copies the step and waits for it. At D =
  * 64 and 128 (and 512 for long chunks: the STR instance) a block's steps are every nc-th of the attended range,
@@ -26,10 +26,11 @@
  * position group is one partial state, and the block's tail (merge.cuh, fdec_block_tail) merges them and writes the
  * chunk state; the merge kernel merges the chunks. The tuned numbers are in docs/TUNING.md.
  *
- * fp8 caches (E4M3, E5M2) take the f16 MMA: both convert to f16 exactly. Their rows are copied into a ring of raw
- * stages (half the bytes of a 16-bit stage, more of them in flight), and each step the threads convert the pieces
- * they copied into one f16 stage, which the MMAs read as they read a 16-bit cache's. The K scale goes into q, the V
- * scale into the chunk's o.
+ * fp8 caches (E4M3, E5M2) take the f16 MMA: both convert to f16 exactly. Their rows are staged as they are (a stage
+ * is half the bytes of a 16-bit one, so more are in flight) and converted in registers as the fragments are loaded:
+ * an ldmatrix of fp8 rows read as 16-bit pairs gives each lane 4 consecutive dimensions of a K row (q's fragments are
+ * loaded in that dimension order), and ldmatrix.trans gives 2 dimensions of 2 V rows, which a byte permute sorts into
+ * one MMA's even and one's odd output dimensions. The K scale goes into q, the V scale into the chunk's o.
  */
 #pragma once
 #include "common.cuh"
@@ -59,21 +60,20 @@ struct fdec_mma_shape {
     static constexpr int NT = PW / 8;                               /* score tiles (8 positions) per warp */
     static constexpr int KS = DW / 16;                              /* k-steps of Q K^T per warp */
     static constexpr int OT = DW / 8;                               /* output tiles (8 dimensions) per warp */
-    static constexpr int CH = D / 8;                                /* 16-byte pieces per row */
     /* who copies a step's rows: at D <= 128 (WD = 1) each warp its own PW rows, so a warp depends on no other
      * warp in the loop (no block barrier); else the whole block all NP rows */
     static constexpr int CT = WD == 1 ? 32 : NW * 32;               /* copying threads */
     static constexpr int CR = WD == 1 ? PW : NP;                    /* rows they copy */
-    /* the ring of copies: 16-bit rows land in the stages above; fp8 rows in raw stages of CHR pieces a row, converted
-     * a step at a time into one 16-bit stage (CVT) */
+    /* the ring: a stage holds the step's K rows and V rows as they are in the cache, RP 16-byte pieces a row; fp8
+     * (CVT) stages are half the bytes of 16-bit ones, so more of them are in flight */
     static constexpr bool CVT = ES == 1;
-    static constexpr int CHR = D * ES / 16;                         /* 16-byte pieces a raw row */
-    static constexpr int RPP = CT / CHR;                            /* rows one cp.async pass covers */
-    static constexpr int RSTAGES = CVT ? (D == 64 ? 6 : 4) : STAGES; /* raw stages in the ring */
+    static constexpr int RP = D * ES / 16;                          /* 16-byte pieces a row */
+    static constexpr int RPP = CT / RP;                             /* rows one cp.async pass covers */
+    static constexpr int NSTAGE = CVT ? (D == 64 ? 8 : 6) : STAGES; /* stages in the ring */
     static constexpr int RSTAGE_BYTES = STAGE_BYTES * ES / 2;
-    static_assert(CR % RPP == 0 && CT % CHR == 0, "whole copy passes");
+    static_assert(CR % RPP == 0 && CT % RP == 0, "whole copy passes");
     static_assert(NT % 2 == 0 && PW % 16 == 0, "P V takes positions 16 at a time");
-    static_assert(CH >= 8, "the swizzle needs 8 pieces per row");
+    static_assert(RP >= 4 && DW % 32 == 0, "the swizzle needs 4 pieces a row; fp8 fragments take 32 dimensions");
     static_assert(WP <= FDEC_CUDA_WARPS, "the host sizes the tail's shared memory for at most that many states");
 };
 
@@ -111,13 +111,11 @@ struct fdec_mma_work<fdec_cuda_params> {
     __device__ size_t state(int r) const { return (size_t)(h0 + r) * p.nc + chunk; }
 };
 
-/* The dynamic shared memory of the kernel: the ring (of raw stages and the converted stage for fp8), and at D > 128
- * the partial scores the warps of a group exchange */
+/* The dynamic shared memory of the kernel: the ring, and at D > 128 the partial scores the warps of a group exchange */
 template <int D, int ES = 2>
 constexpr size_t fdec_mma_smem_bytes() {
     using S = fdec_mma_shape<D, ES>;
-    return (size_t)S::RSTAGES * S::RSTAGE_BYTES + (S::CVT ? S::STAGE_BYTES : 0) +
-           (S::WD > 1 ? (size_t)S::NW * 32 * S::NT * 2 * sizeof(float) : 0);
+    return (size_t)S::NSTAGE * S::RSTAGE_BYTES + (S::WD > 1 ? (size_t)S::NW * 32 * S::NT * 2 * sizeof(float) : 0);
 }
 
 /* The MMA's input type for a cache of KT: the 16-bit types themselves, f16 for fp8 (exact). */
@@ -126,16 +124,17 @@ struct fdec_mma_elem {
     using type = typename std::conditional<fdec_is_fp8<KT>, __half, KT>::type;
 };
 
-/* 16 fp8 values (a raw piece) as f16, exactly: elements 0..7 into lo, 8..15 into hi. */
-template <typename KT>
-__device__ __forceinline__ void fdec_fp8_piece_to_f16(const uint4 &x, uint4 &lo, uint4 &hi) {
-    constexpr __nv_fp8_interpretation_t I = std::is_same<KT, __nv_fp8_e4m3>::value ? __NV_E4M3 : __NV_E5M2;
-    auto cvt2 = [](unsigned w) {
-        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), I);
+/* Two fp8 values (bytes lo and hi of w, given by a byte-permute selector) as an f16 pair, exactly: E5M2 is the high
+ * byte of its f16, so a byte permute alone; E4M3 a conversion of the two bytes. */
+template <typename KT, unsigned LO, unsigned HI>
+__device__ __forceinline__ unsigned fdec_fp8x2_to_f16x2(unsigned w) {
+    if constexpr (std::is_same<KT, __nv_fp8_e5m2>::value) {
+        return __byte_perm(w, 0u, 0x0404u | LO << 4 | HI << 12); /* bytes {0, lo, 0, hi} */
+    } else {
+        const unsigned pair = __byte_perm(w, 0u, 0x4400u | LO | HI << 4); /* bytes {lo, hi, 0, 0} */
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
         return (unsigned)h.x | (unsigned)h.y << 16;
-    };
-    lo = make_uint4(cvt2(x.x), cvt2(x.x >> 16), cvt2(x.y), cvt2(x.y >> 16));
-    hi = make_uint4(cvt2(x.z), cvt2(x.z >> 16), cvt2(x.w), cvt2(x.w >> 16));
+    }
 }
 
 __device__ __forceinline__ void fdec_ldsm_x4(unsigned (&r)[4], const void *smem) {
@@ -236,6 +235,13 @@ __device__ __forceinline__ void fdec_mma_q_terms(float (&qv)[KS][4], bool qok, f
     }
 }
 
+/* The dimension (from the warp's first) of element e of output tile j in lane (., cq): tile j is dimensions 8j.. for
+ * 16-bit caches; for fp8 (V's fragments, above) tiles 2i and 2i + 1 are the even and odd dimensions of 16i.. */
+template <bool CVT>
+__device__ __forceinline__ int fdec_mma_dim(int j, int e, int cq) {
+    return CVT ? 16 * (j >> 1) + 4 * cq + 2 * e + (j & 1) : 8 * j + 2 * cq + e;
+}
+
 /* A block's work is fdec_mma_work<P>'s. One function of ~230 lines: the copy, score, softmax and output steps are
  * lambdas over the same registers (q's terms, o, the state), which the compiler keeps in registers across the loop. */
 template <typename KT, int D, bool STR = false, typename P = fdec_cuda_params>
@@ -243,9 +249,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     using MT = typename fdec_mma_elem<KT>::type; /* the MMA's type */
     using S = fdec_mma_shape<D, (int)sizeof(KT)>;
     constexpr bool CVT = S::CVT;
-    constexpr int NSTAGE = S::RSTAGES;
+    constexpr int NSTAGE = S::NSTAGE;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
-                  CH = S::CH, CHR = S::CHR;
+                  RP = S::RP;
     constexpr int NTERM = fdec_split_terms<MT>::N, RT = 8;
     constexpr float PSCALE = std::is_same<MT, __half>::value ? 32768.f : 1.f;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -279,21 +285,20 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     };
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    constexpr int SB = S::STAGE_BYTES, RSB = S::RSTAGE_BYTES;
-    /* a 16-bit stage: K rows then V rows, [NP][CH] pieces of 16 bytes, piece c of row r at r * CH + (c ^ (r & 7)):
-     * stage s of the ring, or with fp8 (CVT) the one stage the raw stages are converted into, after the ring */
-    unsigned char *const cvt_stage = smem_raw + (size_t)NSTAGE * RSB;
-    auto kst = [&](int s) { return reinterpret_cast<uint4 *>(CVT ? cvt_stage : smem_raw + (size_t)s * SB); };
-    auto vst = [&](int s) { return kst(s) + NP * CH; };
-    auto piece = [&](const uint4 *st, int r, int c) { return st + r * CH + (c ^ (r & 7)); };
-    /* fp8's raw stage s: K rows then V rows, [NP][CHR] pieces, unswizzled (each thread reads back its own) */
-    auto rst = [&](int s, int kv) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * RSB) + kv * NP * CHR; };
-    float *xs = reinterpret_cast<float *>(cvt_stage + (CVT ? SB : 0));
+    /* stage s: K rows then V rows, [NP][RP] pieces of 16 bytes, piece c of row r at r * RP + (c ^ swz(r)): the 8 rows
+     * an ldmatrix reads (and a cp.async pass writes) meet no bank conflicts */
+    auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * S::RSTAGE_BYTES); };
+    auto vst = [&](int s) { return kst(s) + NP * RP; };
+    auto piece = [&](uint4 *st, int r, int c) { return st + r * RP + (c ^ (RP >= 8 ? r & 7 : (r >> 1) & 3)); };
+    float *xs = reinterpret_cast<float *>(smem_raw + (size_t)NSTAGE * S::RSTAGE_BYTES);
     if constexpr (!W::FROM_MEMORY) fdec_grid_wait(); /* nothing above touches memory an earlier grid may use */
 
     /* q's loads go out first and are used after the first steps' copies are issued: their latency hides behind
      * the copies' issue */
-    float qv[KS][4]; /* q fragments (A operand, row-major 16 x 16 per k-step): rows gq (term 0) and gq + 8 (term 1) */
+    /* q fragments (A operand, row-major 16 x 16 per k-step): rows gq (term 0) and gq + 8 (term 1), lane (gq, cq) at
+     * k = 2 cq + {0, 1, 8, 9}: for 16-bit caches dimensions 2 cq + {0, 1, 8, 9} of the k-step, for fp8 4 cq + {0..3},
+     * the order in which the K fragments come from fp8 rows (below) */
+    float qv[KS][4];
     const bool qok = gq < nh;
     const int rq = qok ? gq : 0; /* rows past the tile's load (and mask as) its first row */
     const uint32_t qhead = w.head(rq);
@@ -304,13 +309,13 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) qv[ks][j] = ld(qrow + ds + ks * 16 + 2 * cq + (j & 1) + (j >> 1) * 8);
+                for (int j = 0; j < 4; j++) qv[ks][j] = ld(qrow + ds + ks * 16 + (CVT ? 4 * cq + j : 2 * cq + (j & 1) + (j >> 1) * 8));
         });
     }
 
-    /* this thread's piece of each row it copies: fixed column, rows row0 + id / CHR + i * RPP */
+    /* this thread's piece of each row it copies: fixed column, rows row0 + id / RP + i * RPP */
     const int cp_id = WD == 1 ? lane : (int)threadIdx.x;
-    const int cp_c = cp_id % CHR, cp_r = (WD == 1 ? pg * PW : 0) + cp_id / CHR;
+    const int cp_c = cp_id % RP, cp_r = (WD == 1 ? pg * PW : 0) + cp_id / RP;
     constexpr int EPP = 16 / (int)sizeof(KT); /* elements a piece */
     /* with each warp its own rows (D <= 128), warp pg's slot i of a step holds the step's position i * WP + pg
      * instead of pg * PW + i, so that the block reads one contiguous range of a step together. Positions only matter
@@ -318,19 +323,17 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     constexpr bool IL = WD == 1;
     auto src_row = [&](int r) { return IL ? (r % PW) * WP + r / PW : r; };
     const size_t pass_stride = (size_t)S::RPP * (IL ? WP : 1) * w.ps(); /* elements between this thread's rows */
-    /* where this thread's piece of row r lands: in stage s (swizzled), or fp8's raw stage s */
-    auto landing = [&](int s, int r) { return CVT ? r * CHR + cp_c : r * CH + (cp_c ^ (r & 7)); };
     auto issue = [&](int step, int s) {
         const uint64_t base = step_base(step);
-        uint4 *ks_ = CVT ? rst(s, 0) : kst(s), *vs_ = CVT ? rst(s, 1) : vst(s);
+        uint4 *ks_ = kst(s), *vs_ = vst(s);
         if (w.run(base, NP, c1)) { /* every row of the step there and ps apart: pointer steps */
             const KT *kp = kbase + w.run_off(base, src_row(cp_r)) + cp_c * EPP,
                      *vp = vbase + (kp - kbase);
 #pragma unroll
             for (int i = 0; i < S::CR / S::RPP; i++) {
-                const int r = cp_r + i * S::RPP, at = landing(s, r);
-                fdec_cp_async16(ks_ + at, kp + i * pass_stride);
-                fdec_cp_async16(vs_ + at, vp + i * pass_stride);
+                const int r = cp_r + i * S::RPP;
+                fdec_cp_async16(piece(ks_, r, cp_c), kp + i * pass_stride);
+                fdec_cp_async16(piece(vs_, r, cp_c), vp + i * pass_stride);
             }
             return;
         }
@@ -340,29 +343,11 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
             const uint64_t t = base + src_row(r);
             const bool ok = t < c1;
             const size_t off = w.pos_off(ok, t) + cp_c * EPP;
-            const int at = landing(s, r);
-            fdec_cp_async16_zfill(ks_ + at, kbase + off, ok ? 16u : 0u); /* rows past c1: zero-filled, not read */
-            fdec_cp_async16_zfill(vs_ + at, vbase + off, ok ? 16u : 0u);
+            /* rows past c1: zero-filled, not read */
+            fdec_cp_async16_zfill(piece(ks_, r, cp_c), kbase + off, ok ? 16u : 0u);
+            fdec_cp_async16_zfill(piece(vs_, r, cp_c), vbase + off, ok ? 16u : 0u);
         }
     };
-    /* fp8: the pieces this thread copied into step s, as f16 into the 16-bit stage (raw piece c: pieces 2c, 2c + 1) */
-    auto convert = [&](int s) {
-        if constexpr (CVT) {
-#pragma unroll
-            for (int i = 0; i < S::CR / S::RPP; i++) {
-                const int r = cp_r + i * S::RPP;
-#pragma unroll
-                for (int kv = 0; kv < 2; kv++) {
-                    uint4 lo, hi;
-                    fdec_fp8_piece_to_f16<KT>(rst(s, kv)[landing(s, r)], lo, hi);
-                    uint4 *st = kv ? vst(0) : kst(0);
-                    st[r * CH + ((2 * cp_c) ^ (r & 7))] = lo; /* piece(st, r, c)'s places */
-                    st[r * CH + ((2 * cp_c + 1) ^ (r & 7))] = hi;
-                }
-            }
-        }
-    };
-
 #pragma unroll
     for (int s = 0; s < NSTAGE - 1; s++) {
         if (s < nsteps) issue(s, s);
@@ -381,15 +366,10 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         /* stage it has landed for every copying thread; stage it - 1 is free */
         if constexpr (WD == 1) __syncwarp();
         else __syncthreads();
-        if constexpr (CVT) { /* the 16-bit stage is free (every thread is past its reads above): convert into it */
-            convert(it % NSTAGE);
-            if constexpr (WD == 1) __syncwarp();
-            else __syncthreads();
-        }
         if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
         fdec_cp_async_commit();
         const int s = it % NSTAGE;
-        const uint4 *K = kst(s), *V = vst(s);
+        uint4 *K = kst(s), *V = vst(s);
 
         /* S^T tiles: rows = heads (two terms), columns = 8 positions */
         /* two accumulators per tile (even and odd k-steps): half the chain of dependent MMAs */
@@ -398,6 +378,20 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int j = 0; j < 4; j++) sc[nt][j] = sd[nt][j] = 0.f;
+        if constexpr (CVT) { /* fp8: an ldmatrix of 8 rows' 4 pieces is 4 k-steps, lane (n, cq) dimensions 4 cq.. of row n */
+#pragma unroll
+            for (int kq = 0; kq < KS / 4; kq++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const int r = prow + nt * 8 + (lane & 7), c = ds / 16 + kq * 4 + (lane >> 3);
+                    unsigned x[4];
+                    fdec_ldsm_x4(x, piece(K, r, c));
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        fdec_mma<MT>(i & 1 ? sd[nt] : sc[nt], qa[kq * 4 + i], fdec_fp8x2_to_f16x2<KT, 0, 1>(x[i]),
+                                     fdec_fp8x2_to_f16x2<KT, 2, 3>(x[i]));
+                }
+        } else {
 #pragma unroll
         for (int kk = 0; kk < KS / 2; kk++)
 #pragma unroll
@@ -414,6 +408,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
                     fdec_mma<MT>(sd[nt], a1, b[2], b[3]);
                 }
             }
+        }
         float sv[NT][2]; /* head gq at positions prow + nt * 8 + 2 cq + {0, 1} */
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -475,6 +470,32 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
             unsigned pa3[4] = {0u, 0u, 0u, 0u};
             if constexpr (NTERM == 3)
                 pa3[0] = fdec_pack16<MT>(t[0][2], t[1][2]), pa3[2] = fdec_pack16<MT>(t[2][2], t[3][2]);
+            if constexpr (CVT) {
+                /* fp8: an ldmatrix.trans of 16 rows' 2 pieces (32 dimensions); lane (n, cq) gets of piece h rows 2 cq,
+                 * 2 cq + 1 (x[2h]) and 2 cq + 8, 2 cq + 9 (x[2h + 1]) at dimensions 2n, 2n + 1: one MMA takes the
+                 * even dimensions, one the odd (output tiles 2 (2 pp + h) and 2 (2 pp + h) + 1, fdec_mma_dim) */
+#pragma unroll
+                for (int pp = 0; pp < DW / 32; pp++) {
+                    const int r = prow + kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7),
+                              c = ds / 16 + pp * 2 + (lane >> 4);
+                    unsigned x[4];
+                    fdec_ldsm_x4_t(x, piece(V, r, c));
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+                        fdec_mma<MT>(d0, pa, fdec_fp8x2_to_f16x2<KT, 0, 2>(x[2 * h]),
+                                     fdec_fp8x2_to_f16x2<KT, 0, 2>(x[2 * h + 1]));
+                        fdec_mma<MT>(d1, pa, fdec_fp8x2_to_f16x2<KT, 1, 3>(x[2 * h]),
+                                     fdec_fp8x2_to_f16x2<KT, 1, 3>(x[2 * h + 1]));
+                        const int j = 2 * (2 * pp + h);
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            o[j][e + 2] += d0[e] + d0[e + 2];
+                            o[j + 1][e + 2] += d1[e] + d1[e + 2];
+                        }
+                    }
+                }
+            } else
 #pragma unroll
             for (int np = 0; np < OT / 2; np++) {
                 const int r = prow + kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), c = ds / 8 + np * 2 + (lane >> 4);
@@ -515,13 +536,13 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         if (warp % WD == 0 && cq == 0) sm_m[pg * RT + gq] = m, sm_l[pg * RT + gq] = l * (1.f / PSCALE);
         const float osc = CVT ? fdec_kv_scale_at(&p.sc, w.g, 1) / PSCALE : 1.f / PSCALE; /* fp8: the V scale */
 #pragma unroll
-        for (int j = 0; j < OT; j++) {
-            const int d = ds + j * 8 + 2 * cq;
-            /* o[j][2..3] are the last block (an inf in o makes it NaN, inf - inf: non-finite either way, and the tail
-             * makes the head NaN, flashdec.h) */
-            sm_o[(pg * RT + gq) * D + d] = (o[j][0] + o[j][2]) * osc;
-            sm_o[(pg * RT + gq) * D + d + 1] = (o[j][1] + o[j][3]) * osc;
-        }
+        for (int j = 0; j < OT; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                /* o[j][2..3] are the last block (an inf in o makes it NaN, inf - inf: non-finite either way, and the
+                 * tail makes the head NaN, flashdec.h) */
+                sm_o[(pg * RT + gq) * D + ds + fdec_mma_dim<CVT>(j, e, cq)] = (o[j][e] + o[j][e + 2]) * osc;
+            }
     }
     __syncthreads();
     fdec_block_tail<D, RT, WP>([&](int r) { return w.state(r); }, w.bad(), p.part_o, p.part_m, p.part_l, smem, nh, D);

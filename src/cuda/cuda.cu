@@ -188,13 +188,14 @@ static void choose_kernel(const cuda_impl *c, const fdec_problem *p, uint64_t ka
     lp->threads = FDEC_CUDA_WARPS * 32;
 }
 
-/* The split: FDEC_CUDA_BLOCKS_PER_SM blocks for every SM in one wave, or for the tensor-core kernel at head_dim 64 and
- * 512 one block an SM and at most FDEC_MERGE_SMALL_MAX chunks where that leaves at most 1/16 of the SMs idle; at
- * head_dim 512 shorter chunks (D512_MIN_CHUNK) while the merge stays within FDEC_MERGE_SMALL_MAX. */
+/* The split: FDEC_CUDA_BLOCKS_PER_SM blocks for every SM in one wave, or for the tensor-core kernel at head_dim 512 and
+ * at 64 with a 16-bit cache one block an SM and at most FDEC_MERGE_SMALL_MAX chunks where that leaves at most 1/16 of
+ * the SMs idle (an fp8 cache at head_dim 64 carries twice the positions a byte, which one block's warps cannot keep
+ * up with); at head_dim 512 shorter chunks (D512_MIN_CHUNK) while the merge stays within FDEC_MERGE_SMALL_MAX. */
 static void choose_split(const cuda_impl *c, const fdec_problem *p, launch_plan *lp) {
     const uint32_t per_chunk_blocks = p->G * (uint32_t)lp->tiles;
     uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk_blocks - 1) / per_chunk_blocks;
-    lp->one_per_sm = lp->mma && (p->D >= 512 || p->D == 64);
+    lp->one_per_sm = lp->mma && (p->D >= 512 || (p->D == 64 && fdec_dtype_size(p->kvt) == 2));
     if (lp->one_per_sm) {
         lanes = (uint32_t)c->sms / per_chunk_blocks; /* at most one block an SM */
         if (lanes < 1) lanes = 1;

@@ -388,7 +388,7 @@ static fdec_status set_pages(fdec_problem *p, uint32_t ps, size_t kv_page_stride
     if (!span_fits(npages, pstride, one, p->kvt))
         return fdec_set_error(FDEC_EINVAL, "the page pool (%llu pages, %zu elements apart) lies beyond the address space",
                               (unsigned long long)npages, pstride);
-    p->kv.page_size = ps, p->kv.page_stride = pstride;
+    fdec_kv_set_pages(&p->kv, ps, pstride);
     return FDEC_OK;
 }
 

@@ -21,6 +21,9 @@ typedef struct {
     size_t ps, hs, ss;    /* position, head and sequence strides, elements */
     uint32_t ring;        /* 0 or the ring capacity */
     uint32_t page_size;   /* 0 (contiguous) or the positions of a page */
+    /* page_size a power of two above 1: page_size - 1 and its log2, so that the rule shifts instead of dividing (a
+     * division is ~20 instructions on the GPU, for every row a kernel copies); else 0 (fdec_kv_set_pages sets them) */
+    uint32_t page_mask, page_shift;
     size_t page_stride;   /* elements between pages */
     const int32_t *pages; /* a paged cache: the sequence's page ids, position t in pages[t / page_size] */
 } fdec_kv_layout;
@@ -63,15 +66,26 @@ FDEC_HD uint32_t fdec_kv_ring_row(uint32_t ring, uint32_t lo_row, uint32_t d) {
 /* How many of the n positions from t have rows ps apart, starting at pos(t): n, or fewer where the ring or the page
  * ends. The kernels stream such runs. */
 FDEC_HD uint64_t fdec_kv_run(const fdec_kv_layout *L, uint64_t t, uint64_t n) {
-    const uint64_t left = L->page_size ? L->page_size - (uint32_t)t % L->page_size
+    const uint64_t left = L->page_size ? L->page_size - (L->page_mask ? (uint32_t)t & L->page_mask
+                                                                      : (uint32_t)t % L->page_size)
                                        : L->ring ? L->ring - (uint32_t)t % L->ring : n;
     return left < n ? left : n;
+}
+
+/* A paged layout: pages of page_size positions, page_stride elements apart. */
+FDEC_HD void fdec_kv_set_pages(fdec_kv_layout *L, uint32_t page_size, size_t page_stride) {
+    L->page_size = page_size, L->page_stride = page_stride;
+    L->page_mask = L->page_shift = 0;
+    if (page_size > 1 && (page_size & (page_size - 1)) == 0) {
+        L->page_mask = page_size - 1;
+        while (1u << L->page_shift != page_size) L->page_shift++;
+    }
 }
 
 /* The element offset of position t's vector of KV head 0. */
 FDEC_HD size_t fdec_kv_pos(const fdec_kv_layout *L, uint64_t t) {
     if (L->page_size) {
-        const uint32_t pg = (uint32_t)t / L->page_size;
+        const uint32_t pg = L->page_mask ? (uint32_t)t >> L->page_shift : (uint32_t)t / L->page_size;
         return (size_t)L->pages[pg] * L->page_stride + (size_t)((uint32_t)t - pg * L->page_size) * L->ps;
     }
     return (size_t)fdec_kv_row(L, t) * L->ps;

@@ -70,7 +70,7 @@ struct fdec_mma_shape {
     static constexpr int RP = D * ES / 16;                          /* 16-byte pieces a row */
     static constexpr int RPP = CT / RP;                             /* rows one cp.async pass covers */
     static constexpr int NSTAGE = CVT ? (D == 64 ? 8 : 6) : STAGES; /* stages in the ring */
-    static constexpr int RSTAGE_BYTES = STAGE_BYTES * ES / 2;
+    static constexpr int RSTAGE_BYTES = STAGE_BYTES * ES / 2;      /* bytes of a stage of this cache type */
     static_assert(CR % RPP == 0 && CT % RP == 0, "whole copy passes");
     static_assert(NT % 2 == 0 && PW % 16 == 0, "P V takes positions 16 at a time");
     static_assert(RP >= 4 && DW % 32 == 0, "the swizzle needs 4 pieces a row; fp8 fragments take 32 dimensions");
@@ -285,8 +285,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     };
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    /* stage s: K rows then V rows, [NP][RP] pieces of 16 bytes, piece c of row r at r * RP + (c ^ swz(r)): the 8 rows
-     * an ldmatrix reads (and a cp.async pass writes) meet no bank conflicts */
+    /* stage s: K rows then V rows, [NP][RP] pieces of 16 bytes, piece c of row r at r * RP + (c ^ swz(r)), swz(r) = r & 7
+     * for rows of 8 pieces or more, (r >> 1) & 3 for rows of 4 (fp8 at D = 64): the 8 rows an ldmatrix reads (and a
+     * cp.async pass writes) meet no bank conflicts */
     auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * S::RSTAGE_BYTES); };
     auto vst = [&](int s) { return kst(s) + NP * RP; };
     auto piece = [&](uint4 *st, int r, int c) { return st + r * RP + (c ^ (RP >= 8 ? r & 7 : (r >> 1) & 3)); };

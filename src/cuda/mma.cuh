@@ -124,17 +124,38 @@ struct fdec_mma_elem {
     using type = typename std::conditional<fdec_is_fp8<KT>, __half, KT>::type;
 };
 
-/* Two fp8 values (bytes lo and hi of w, given by a byte-permute selector) as an f16 pair, exactly: E5M2 is the high
- * byte of its f16, so a byte permute alone; E4M3 a conversion of the two bytes. */
-template <typename KT, unsigned LO, unsigned HI>
-__device__ __forceinline__ unsigned fdec_fp8x2_to_f16x2(unsigned w) {
+/* Two fp8 values (bytes lo and hi of w) as an f16 pair, exactly: E5M2 is the high byte of its f16, so a byte permute
+ * alone; E4M3 a conversion of the two bytes. lo and hi are constants where it is inlined (one prmt's selector). */
+template <typename KT>
+__device__ __forceinline__ unsigned fdec_fp8x2_to_f16x2(unsigned w, unsigned lo, unsigned hi) {
     if constexpr (std::is_same<KT, __nv_fp8_e5m2>::value) {
-        return __byte_perm(w, 0u, 0x0404u | LO << 4 | HI << 12); /* bytes {0, lo, 0, hi} */
+        return __byte_perm(w, 0u, 0x0404u | lo << 4 | hi << 12); /* bytes {0, lo, 0, hi} */
     } else {
-        const unsigned pair = __byte_perm(w, 0u, 0x4400u | LO | HI << 4); /* bytes {lo, hi, 0, 0} */
+        const unsigned pair = __byte_perm(w, 0u, 0x4400u | lo | hi << 4); /* bytes {lo, hi, 0, 0} */
         const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
         return (unsigned)h.x | (unsigned)h.y << 16;
     }
+}
+
+/* The MMA's B fragment (b0, b1) number i of an ldmatrix.x4 of a stage's rows of cache type KT (16-byte pieces of 8
+ * 16-bit or 16 fp8 elements).
+ * K (fdec_k_frag, k-step i): 16-bit rows give 2 k-steps, registers 2i and 2i + 1; fp8 rows 4, register i, whose bytes
+ * are 4 consecutive dimensions of the lane's row (q's fragments are loaded in that order).
+ * V (fdec_v_frag, output tile i, ldmatrix.trans): 16-bit rows give 2 tiles, registers 2i and 2i + 1; fp8 rows 4:
+ * registers 2h and 2h + 1 (h = i / 2) hold 2 dimensions of 2 rows each, and tile i takes the even (i even) or odd
+ * dimensions (fdec_mma_dim). */
+template <typename KT>
+__device__ __forceinline__ void fdec_k_frag(const unsigned (&x)[4], int i, unsigned &b0, unsigned &b1) {
+    if constexpr (fdec_is_fp8<KT>) b0 = fdec_fp8x2_to_f16x2<KT>(x[i], 0, 1), b1 = fdec_fp8x2_to_f16x2<KT>(x[i], 2, 3);
+    else b0 = x[2 * i], b1 = x[2 * i + 1];
+}
+template <typename KT>
+__device__ __forceinline__ void fdec_v_frag(const unsigned (&x)[4], int i, unsigned &b0, unsigned &b1) {
+    if constexpr (fdec_is_fp8<KT>) {
+        const unsigned e = i & 1, h = i >> 1;
+        b0 = fdec_fp8x2_to_f16x2<KT>(x[2 * h], e, e + 2), b1 = fdec_fp8x2_to_f16x2<KT>(x[2 * h + 1], e, e + 2);
+    } else
+        b0 = x[2 * i], b1 = x[2 * i + 1];
 }
 
 __device__ __forceinline__ void fdec_ldsm_x4(unsigned (&r)[4], const void *smem) {
@@ -253,6 +274,8 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
                   RP = S::RP;
     constexpr int NTERM = fdec_split_terms<MT>::N, RT = 8;
+    /* dimensions a 16-byte piece of a row holds; k-steps (K) and output tiles (V) an ldmatrix.x4 of the stage gives */
+    constexpr int DPP = 16 / (int)sizeof(KT), KG = CVT ? 4 : 2, VG = CVT ? 4 : 2;
     constexpr float PSCALE = std::is_same<MT, __half>::value ? 32768.f : 1.f;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gq = lane >> 2, cq = lane & 3; /* the MMA fragment's row group and column pair */
@@ -285,9 +308,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     };
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    /* stage s: K rows then V rows, [NP][RP] pieces of 16 bytes, piece c of row r at r * RP + (c ^ swz(r)), swz(r) = r & 7
-     * for rows of 8 pieces or more, (r >> 1) & 3 for rows of 4 (fp8 at D = 64): the 8 rows an ldmatrix reads (and a
-     * cp.async pass writes) meet no bank conflicts */
+    /* stage s: K rows then V rows, [NP][RP] pieces of 16 bytes, piece c of row r at r * RP + (c ^ swz(r)), swz(r) =
+     * r & 7 for rows of 8 pieces or more, (r >> 1) & 3 for rows of 4 (fp8 at D = 64): the 8 rows an ldmatrix reads
+     * (and a cp.async pass writes) meet no bank conflicts */
     auto kst = [&](int s) { return reinterpret_cast<uint4 *>(smem_raw + (size_t)s * S::RSTAGE_BYTES); };
     auto vst = [&](int s) { return kst(s) + NP * RP; };
     auto piece = [&](uint4 *st, int r, int c) { return st + r * RP + (c ^ (RP >= 8 ? r & 7 : (r >> 1) & 3)); };
@@ -310,7 +333,8 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) qv[ks][j] = ld(qrow + ds + ks * 16 + (CVT ? 4 * cq + j : 2 * cq + (j & 1) + (j >> 1) * 8));
+                for (int j = 0; j < 4; j++)
+                    qv[ks][j] = ld(qrow + ds + ks * 16 + (CVT ? 4 * cq + j : 2 * cq + (j & 1) + (j >> 1) * 8));
         });
     }
 
@@ -379,37 +403,26 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int j = 0; j < 4; j++) sc[nt][j] = sd[nt][j] = 0.f;
-        if constexpr (CVT) { /* fp8: an ldmatrix of 8 rows' 4 pieces is 4 k-steps, lane (n, cq) dimensions 4 cq.. of row n */
+        /* an ldmatrix.x4 of 8 rows' 4 pieces is KG k-steps (fdec_k_frag); even k-steps into sc, odd into sd */
 #pragma unroll
-            for (int kq = 0; kq < KS / 4; kq++)
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const int r = prow + nt * 8 + (lane & 7), c = ds / 16 + kq * 4 + (lane >> 3);
-                    unsigned x[4];
-                    fdec_ldsm_x4(x, piece(K, r, c));
-#pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        fdec_mma<MT>(i & 1 ? sd[nt] : sc[nt], qa[kq * 4 + i], fdec_fp8x2_to_f16x2<KT, 0, 1>(x[i]),
-                                     fdec_fp8x2_to_f16x2<KT, 2, 3>(x[i]));
-                }
-        } else {
-#pragma unroll
-        for (int kk = 0; kk < KS / 2; kk++)
+        for (int kg = 0; kg < KS / KG; kg++)
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const int r = prow + nt * 8 + (lane & 7), c = ds / 8 + kk * 4 + (lane >> 3);
-                unsigned b[4];
-                fdec_ldsm_x4(b, piece(K, r, c));
-                fdec_mma<MT>(sc[nt], qa[2 * kk], b[0], b[1]);
-                fdec_mma<MT>(sd[nt], qa[2 * kk + 1], b[2], b[3]);
-                if constexpr (NTERM == 3) {
-                    const unsigned a0[4] = {qa3[2 * kk][0], 0u, qa3[2 * kk][1], 0u};
-                    const unsigned a1[4] = {qa3[2 * kk + 1][0], 0u, qa3[2 * kk + 1][1], 0u};
-                    fdec_mma<MT>(sc[nt], a0, b[0], b[1]);
-                    fdec_mma<MT>(sd[nt], a1, b[2], b[3]);
+                const int r = prow + nt * 8 + (lane & 7), c = ds / DPP + kg * 4 + (lane >> 3);
+                unsigned x[4], b[KG][2];
+                fdec_ldsm_x4(x, piece(K, r, c));
+#pragma unroll
+                for (int i = 0; i < KG; i++) {
+                    fdec_k_frag<KT>(x, i, b[i][0], b[i][1]);
+                    fdec_mma<MT>(i & 1 ? sd[nt] : sc[nt], qa[kg * KG + i], b[i][0], b[i][1]);
                 }
+                if constexpr (NTERM == 3)
+#pragma unroll
+                    for (int i = 0; i < KG; i++) {
+                        const unsigned a[4] = {qa3[kg * KG + i][0], 0u, qa3[kg * KG + i][1], 0u};
+                        fdec_mma<MT>(i & 1 ? sd[nt] : sc[nt], a, b[i][0], b[i][1]);
+                    }
             }
-        }
         float sv[NT][2]; /* head gq at positions prow + nt * 8 + 2 cq + {0, 1} */
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -471,50 +484,27 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
             unsigned pa3[4] = {0u, 0u, 0u, 0u};
             if constexpr (NTERM == 3)
                 pa3[0] = fdec_pack16<MT>(t[0][2], t[1][2]), pa3[2] = fdec_pack16<MT>(t[2][2], t[3][2]);
-            if constexpr (CVT) {
-                /* fp8: an ldmatrix.trans of 16 rows' 2 pieces (32 dimensions); lane (n, cq) gets of piece h rows 2 cq,
-                 * 2 cq + 1 (x[2h]) and 2 cq + 8, 2 cq + 9 (x[2h + 1]) at dimensions 2n, 2n + 1: one MMA takes the
-                 * even dimensions, one the odd (output tiles 2 (2 pp + h) and 2 (2 pp + h) + 1, fdec_mma_dim) */
+            /* an ldmatrix.x4.trans of 16 rows' 2 pieces is VG output tiles (fdec_v_frag); each tile's 16 positions from
+             * zero, then added in the FP32 pipe (rounded to nearest) */
 #pragma unroll
-                for (int pp = 0; pp < DW / 32; pp++) {
-                    const int r = prow + kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7),
-                              c = ds / 16 + pp * 2 + (lane >> 4);
-                    unsigned x[4];
-                    fdec_ldsm_x4_t(x, piece(V, r, c));
+            for (int vg = 0; vg < OT / VG; vg++) {
+                const int r = prow + kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), c = ds / DPP + vg * 2 + (lane >> 4);
+                unsigned x[4], b[VG][2];
+                fdec_ldsm_x4_t(x, piece(V, r, c));
+                float d[VG][4];
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
-                        fdec_mma<MT>(d0, pa, fdec_fp8x2_to_f16x2<KT, 0, 2>(x[2 * h]),
-                                     fdec_fp8x2_to_f16x2<KT, 0, 2>(x[2 * h + 1]));
-                        fdec_mma<MT>(d1, pa, fdec_fp8x2_to_f16x2<KT, 1, 3>(x[2 * h]),
-                                     fdec_fp8x2_to_f16x2<KT, 1, 3>(x[2 * h + 1]));
-                        const int j = 2 * (2 * pp + h);
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            o[j][e + 2] += d0[e] + d0[e + 2];
-                            o[j + 1][e + 2] += d1[e] + d1[e + 2];
-                        }
-                    }
+                for (int i = 0; i < VG; i++) {
+                    fdec_v_frag<KT>(x, i, b[i][0], b[i][1]);
+                    d[i][0] = d[i][1] = d[i][2] = d[i][3] = 0.f;
+                    fdec_mma<MT>(d[i], pa, b[i][0], b[i][1]);
                 }
-            } else
+                if constexpr (NTERM == 3)
 #pragma unroll
-            for (int np = 0; np < OT / 2; np++) {
-                const int r = prow + kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), c = ds / 8 + np * 2 + (lane >> 4);
-                unsigned b[4];
-                fdec_ldsm_x4_t(b, piece(V, r, c));
-                /* this step's 16 positions from zero, then added in the FP32 pipe (rounded to nearest) */
-                float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
-                fdec_mma<MT>(d0, pa, b[0], b[1]);
-                fdec_mma<MT>(d1, pa, b[2], b[3]);
-                if constexpr (NTERM == 3) {
-                    fdec_mma<MT>(d0, pa3, b[0], b[1]);
-                    fdec_mma<MT>(d1, pa3, b[2], b[3]);
-                }
+                    for (int i = 0; i < VG; i++) fdec_mma<MT>(d[i], pa3, b[i][0], b[i][1]);
 #pragma unroll
-                for (int e = 0; e < 2; e++) { /* elements 0, 1: p's high terms; 2, 3: its low terms (the rows g + 8) */
-                    o[2 * np][e + 2] += d0[e] + d0[e + 2];
-                    o[2 * np + 1][e + 2] += d1[e] + d1[e + 2];
-                }
+                for (int e = 0; e < 2; e++) /* elements 0, 1: p's high terms; 2, 3: its low terms (the rows g + 8) */
+#pragma unroll
+                    for (int i = 0; i < VG; i++) o[vg * VG + i][e + 2] += d[i][e] + d[i][e + 2];
             }
         }
         lb += ls;

@@ -135,13 +135,12 @@ static void set_scale(uint8_t *b, float d) {
 
 float fdec_load_q8_0(const void *base, size_t i) {
     const uint8_t *b = (const uint8_t *)base + i / 32 * 34;
-    return block_scale(b) * (float)(int8_t)b[2 + i % 32];
+    return block_scale(b) * (float)fdec_block_code(b, (uint32_t)(i % 32), FDEC_Q8_0);
 }
 
 float fdec_load_q4_0(const void *base, size_t i) {
     const uint8_t *b = (const uint8_t *)base + i / 32 * 18;
-    const uint32_t j = i % 32, nib = j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4;
-    return block_scale(b) * (float)((int)nib - 8);
+    return block_scale(b) * (float)fdec_block_code(b, (uint32_t)(i % 32), FDEC_Q4_0);
 }
 
 /* As ggml's quantize_row_q8_0_ref: d = max |x| / 127, q = round(x / d) (half away from zero). */

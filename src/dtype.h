@@ -56,6 +56,13 @@ static const fdec_dtype_info fdec_dtype_table[FDEC_DTYPE_LAST + 1] = {
     /* FDEC_Q8_0    */ {"q8_0", 32, 34, 2, 1, fdec_load_q8_0, fdec_store_q8_0},
     /* FDEC_Q4_0    */ {"q4_0", 32, 18, 2, 1, fdec_load_q4_0, fdec_store_q4_0},
 };
+/* ggml's code of element j (< 32) of a Q8_0 or Q4_0 block at b, whose f16 scale is b[0..1]: Q8_0 a signed byte;
+ * Q4_0 a nibble minus 8, elements 0..15 in the low nibbles of the 16 code bytes and 16..31 in their high ones. The
+ * element's value is the scale times its code. */
+static inline int fdec_block_code(const uint8_t *b, uint32_t j, fdec_dtype t) {
+    if (t == FDEC_Q8_0) return (int8_t)b[2 + j];
+    return (int)(j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4) - 8;
+}
 /* fp8: a scale applies (fdec_layer's k_scale...) */
 static inline int fdec_dtype_is_fp8(fdec_dtype t) { return t == FDEC_F8_E4M3 || t == FDEC_F8_E5M2; }
 

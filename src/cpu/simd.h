@@ -384,10 +384,7 @@ ALWAYS_INLINE void vreduce_rows(const V *a, float *out, size_t pitch, const uint
 /* Elements j .. j + VW of a Q8_0 / Q4_0 block at b, d its scale (vblock_scale): the codes element by element */
 ALWAYS_INLINE V vload_block(const uint8_t *b, uint32_t j, fdec_dtype T, V d) {
     float buf[VW];
-    for (uint32_t i = 0; i < VW; i++) {
-        const uint32_t k = j + i, nib = k < 16 ? b[2 + k] & 15 : b[2 + k - 16] >> 4;
-        buf[i] = T == FDEC_Q8_0 ? (float)(int8_t)b[2 + k] : (float)((int)nib - 8);
-    }
+    for (uint32_t i = 0; i < VW; i++) buf[i] = (float)fdec_block_code(b, j + i, T);
     return vmul(vloadf(buf), d);
 }
 /* A Q8_0 / Q4_0 block's scale in every lane */

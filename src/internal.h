@@ -26,11 +26,6 @@ typedef struct {
     fdec_kv_scales scales;  /* fp8 caches' scales (kv.h) */
 } fdec_problem;
 
-/* The scale of KV head g's K (which 0) or V (1) values: fp8 caches', 1 for every other type. */
-static inline float fdec_kv_scale(const fdec_problem *p, uint32_t g, int which) {
-    return fdec_kv_scale_at(&p->scales, g, which);
-}
-
 static inline uint64_t fdec_token_pos(const fdec_problem *p, uint32_t i) { return fdec_tok_pos(p->qpos, p->nq, i); }
 static inline uint64_t fdec_token_lo(const fdec_problem *p, uint32_t i) {
     return fdec_tok_lo(fdec_token_pos(p, i), p->window);

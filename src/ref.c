@@ -18,12 +18,13 @@ void fdec_reference(const fdec_problem *p, const void *q, const void *k, const v
         for (uint32_t h = 0; h < p->H; h++) {
             const size_t row = (size_t)i * p->H + h;
             const uint32_t g = h / p->R;
+            const double ks = fdec_kv_scale_at(&p->scales, g, 0), vs = fdec_kv_scale_at(&p->scales, g, 1);
             double mx = -INFINITY;
             for (uint64_t j = 0; j < m; j++) {
                 const size_t base = fdec_kv_offset(&p->kv, 0, lo + j, g);
                 double acc = 0;
                 for (uint32_t d = 0; d < p->D; d++)
-                    acc += elem(q, row * p->D + d, p->qt) * elem(k, base + d, p->kvt) * fdec_kv_scale(p, g, 0);
+                    acc += elem(q, row * p->D + d, p->qt) * elem(k, base + d, p->kvt) * ks;
                 s[j] = fdec_logit_ref(&p->logits, acc, h, lo + j, qpos);
                 if (s[j] > mx) mx = s[j];
             }
@@ -35,7 +36,7 @@ void fdec_reference(const fdec_problem *p, const void *q, const void *k, const v
             for (uint32_t d = 0; d < p->D; d++) o[d] = 0;
             for (uint64_t j = 0; j < m; j++) {
                 const size_t base = fdec_kv_offset(&p->kv, 0, lo + j, g);
-                for (uint32_t d = 0; d < p->D; d++) o[d] += s[j] * elem(v, base + d, p->kvt) * fdec_kv_scale(p, g, 1);
+                for (uint32_t d = 0; d < p->D; d++) o[d] += s[j] * elem(v, base + d, p->kvt) * vs;
             }
             for (uint32_t d = 0; d < p->D; d++) o[d] /= sum;
             if (lse) lse[row] = mx + log(sum);

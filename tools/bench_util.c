@@ -178,8 +178,8 @@ void fd_reference(fd_problem *pr, double *out, double *lse) {
     /* an fp8 cache's scales make K and V that much larger than the values drawn in [-1, 1] */
     double ks = 1, vs = 1;
     for (uint32_t g = 0; g < p->G; g++) {
-        ks = fmax(ks, fdec_kv_scale(p, g, 0));
-        vs = fmax(vs, fdec_kv_scale(p, g, 1));
+        ks = fmax(ks, fdec_kv_scale_at(&p->scales, g, 0));
+        vs = fmax(vs, fdec_kv_scale_at(&p->scales, g, 1));
     }
     pr->max_logit = mx * fabs(p->logits.scale) * ks;
     /* a soft-cap computes logits of up to its size in f32 (tanh's argument and product), whatever q's size */
@@ -657,6 +657,6 @@ double fd_batch_reference(const fd_batch_case *c, uint32_t i, size_t row0, doubl
     }
     free(k), free(v);
     double vs = 1; /* an fp8 cache's V scale scales the output and its error (as fd_tolerance) */
-    for (uint32_t g = 0; g < G; g++) vs = fmax(vs, fdec_kv_scale(&p, g, 1));
+    for (uint32_t g = 0; g < G; g++) vs = fmax(vs, fdec_kv_scale_at(&p.scales, g, 1));
     return (fd_tolerance_of(L->out_dtype, D, mx * fabs(p.logits.scale)) + (L->alibi_slopes || L->softcap ? 1e-6 : 0)) * vs;
 }

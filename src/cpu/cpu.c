@@ -286,7 +286,7 @@ static void load_q(const fdec_problem *p, const void *q, float *qs, fdec_cpu_cvt
     for (uint32_t x = 0; x < rows_of(p); x++) {
         /* the scale, and an fp8 cache's K scale of the row's KV head (scores are q . K) */
         cvt(qs + (size_t)x * Dp, (const char *)q + fdec_dtype_bytes(p->qt, call_row(p, x) * p->D), p->D, p->qt,
-            p->logits.scale * fdec_kv_scale(p, x / (p->R * p->nq), 0));
+            p->logits.scale * fdec_kv_scale_at(&p->scales, x / (p->R * p->nq), 0));
         for (uint32_t d = p->D; d < Dp; d++) qs[(size_t)x * Dp + d] = 0.0f;
     }
 }
@@ -360,7 +360,8 @@ static void merge_task(void *arg, uint32_t i, uint32_t n) {
         float M = fdec_merge_weights(nc, r->m + h, H, r->l + h, H, w, &L);
         const uint32_t head = (uint32_t)(row % p->H);
         /* the sink's share, once; and an fp8 cache's V scale, on the weights (not on L) */
-        const float f = fdec_state_sink(&M, &L, fdec_logit_sink(&p->logits, head)) * fdec_kv_scale(p, head / p->R, 1);
+        const float f = fdec_state_sink(&M, &L, fdec_logit_sink(&p->logits, head)) *
+                        fdec_kv_scale_at(&p->scales, head / p->R, 1);
         if (f != 1.0f)
             for (uint32_t c = 0; c < nc; c++) w[c] *= f;
         float *acc = r->o + (size_t)h * Dp;

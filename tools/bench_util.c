@@ -504,9 +504,10 @@ static size_t batch_where(const fd_batch_case *c, uint32_t i, uint64_t t, uint32
 int fd_batch_make(fd_batch_case *c, fd_rng *r, uint32_t B, uint32_t P, int head_major, int ring, int tokens,
                       int variants) {
     memset(c, 0, sizeof *c);
-    static const uint32_t bdims[] = {1, 7, 32, 64, 100, 128, 256};
-    uint32_t D = bdims[fd_rand(r) % 7];
-    const uint32_t G = 1 + (uint32_t)(fd_rand(r) % 3), R = 1 + (uint32_t)(fd_rand(r) % 4);
+    static const uint32_t bdims[] = {1, 7, 32, 64, 100, 128, 256, 512};
+    uint32_t D = bdims[fd_rand(r) % 8];
+    /* up to 8 query heads a KV head: with several tokens, up to 128 rows of a sequence (the CUDA kernel's tiles) */
+    const uint32_t G = 1 + (uint32_t)(fd_rand(r) % 3), R = 1 + (uint32_t)(fd_rand(r) % 8);
     fdec_layer *L = &c->L;
     L->q_dtype = (fdec_dtype)(fd_rand(r) % 3), L->kv_dtype = (fdec_dtype)(fd_rand(r) % 3);
     L->out_dtype = (fdec_dtype)(fd_rand(r) % 3);

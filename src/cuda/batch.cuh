@@ -8,8 +8,8 @@
  *                     so the rows never pass the sum of the counts given.
  *   the decode       block (KV head and head tile, chunk, sequence) computes the partial states (state.h) of a tile
  *                     of the sequence's (token, query head) rows of one KV head over one chunk of its positions, each
- *                     K/V row read once for all of them: mma.cuh's tensor-core kernel (8 rows a tile, over
- *                     fdec_mma_work<fdec_batch_params> below) for 16-bit and fp8 caches on its shapes,
+ *                     K/V row read once for all of them: mma.cuh's tensor-core kernel (tiles of 8 rows, up to 4 a
+ *                     block, over fdec_mma_work<fdec_batch_params> below) for 16-bit and fp8 caches on its shapes,
  *                     fdec_batch_kernel (SIMT, RT rows) for the others. A sequence's chunks are chunk_len positions from its first
  *                     attended position, chunk_len fixed by the batch's bounds (max_seq_len, max_q_len), never by
  *                     the other sequences: batch invariance.
@@ -51,7 +51,7 @@ struct fdec_batch_params {
 };
 
 /* The work of a tensor-core block of a batch (mma.cuh's fdec_mma_work): block (KV head g and head tile, chunk,
- * sequence b), its rows the tile's of the sequence's nq * R (token-major: row r is token r / R, query head
+ * sequence b), its rows the tile's rb of the sequence's nq * R (token-major: row r is token r / R, query head
  * g * R + r % R), each attending [fdec_tok_lo(its position), its position]. A sequence the check kernel refused is
  * bad: no position is read and its states are NaN. */
 template <>
@@ -60,13 +60,13 @@ struct fdec_mma_work<fdec_batch_params> {
     const fdec_batch_params &p;
     fdec_batch_seq_info si;
     fdec_kv_layout kv; /* the sequence's: its page-table row */
-    uint32_t g, tile, chunk, b;
+    uint32_t g, r0, chunk, b; /* r0: the tile's first row */
     int nh;
     uint64_t lo_, hi_; /* the sequence's attended range: its first token's first position, its length */
-    __device__ explicit fdec_mma_work(const fdec_batch_params &p_)
-        : p(p_), si(p_.info[blockIdx.z]), kv(p_.kv), g(blockIdx.x / p_.tiles), tile(blockIdx.x % p_.tiles),
+    __device__ fdec_mma_work(const fdec_batch_params &p_, int rb)
+        : p(p_), si(p_.info[blockIdx.z]), kv(p_.kv), g(blockIdx.x / p_.tiles), r0(blockIdx.x % p_.tiles * rb),
           chunk(blockIdx.y), b(blockIdx.z) {
-        nh = min(8, (int)(si.nq * p.R) - (int)(tile * 8));
+        nh = min(rb, (int)(si.nq * p.R) - (int)r0);
         kv.pages = kv.page_size ? p.kv.pages + (size_t)b * p.max_pages : NULL;
         lo_ = si.ok ? fdec_tok_lo(fdec_tok_pos(si.n - 1, si.nq, 0), p.window) : 0;
         hi_ = si.ok ? si.n : 0;
@@ -75,12 +75,13 @@ struct fdec_mma_work<fdec_batch_params> {
     __device__ uint64_t lo() const { return lo_; }
     __device__ uint64_t hi() const { return hi_; }
     __device__ size_t ps() const { return kv.ps; }
+    __device__ bool paged() const { return kv.page_size != 0; }
     __device__ size_t kv_base() const { return (size_t)b * kv.ss + (size_t)g * kv.hs; }
     __device__ size_t pos_off(bool ok, uint64_t t) const { return ok ? fdec_kv_pos(&kv, t) : 0; }
     __device__ bool run(uint64_t t, uint64_t n, uint64_t c1) const { return t + n <= c1 && fdec_kv_run(&kv, t, n) == n; }
     __device__ size_t run_off(uint64_t t, int i) const { return fdec_kv_pos(&kv, t) + (size_t)i * kv.ps; }
-    __device__ uint32_t tok(int r) const { return (tile * 8 + r) / p.R; }
-    __device__ uint32_t head(int r) const { return g * p.R + (tile * 8 + r) % p.R; }
+    __device__ uint32_t tok(int r) const { return (r0 + r) / p.R; }
+    __device__ uint32_t head(int r) const { return g * p.R + (r0 + r) % p.R; }
     __device__ size_t q_row(int r) const { return (size_t)(si.row0 + tok(r)) * p.H + head(r); }
     __device__ uint64_t pos(int r) const { return fdec_tok_pos(si.n - 1, si.nq, tok(r)); }
     __device__ uint64_t first(int r) const { return fdec_tok_lo(pos(r), p.window); }

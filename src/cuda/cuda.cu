@@ -111,19 +111,36 @@ static partial_fn pick_mma(uint32_t D, int cc, int strided) {
     }
 }
 
-/* The tensor-core kernel's shared memory for head_dim D and a cache of es bytes an element (2, or 1: fp8) */
+/* The tensor-core kernel's block for head_dim D, a cache of ES bytes an element (2, or 1: fp8) and ng tiles a block (a
+ * batch's: batch_tiles): its shared memory and threads (mma.cuh's fdec_mma_shape) */
+typedef struct {
+    size_t smem;
+    int threads;
+} mma_block;
+template <int ES, int D, int NG>
+static mma_block mma_block_of() {
+    return {fdec_mma_smem_bytes<D, ES, NG>(), fdec_mma_shape<D, ES, NG>::NW * 32};
+}
+template <int ES, int D>
+static mma_block mma_block_ng(int ng) {
+    if (ng == 2) return mma_block_of<ES, D, 2>();
+    if constexpr (D <= 128)
+        if (ng == 4) return mma_block_of<ES, D, 4>();
+    return mma_block_of<ES, D, 1>();
+}
 template <int ES>
-static size_t mma_smem_es(uint32_t D) {
+static mma_block mma_block_es(uint32_t D, int ng) {
     switch (D) {
-    case 64: return fdec_mma_smem_bytes<64, ES>();
-    case 128: return fdec_mma_smem_bytes<128, ES>();
-    case 256: return fdec_mma_smem_bytes<256, ES>();
-    default: return fdec_mma_smem_bytes<512, ES>();
+    case 64: return mma_block_ng<ES, 64>(ng);
+    case 128: return mma_block_ng<ES, 128>(ng);
+    case 256: return mma_block_ng<ES, 256>(ng);
+    default: return mma_block_ng<ES, 512>(ng);
     }
 }
-static size_t mma_smem(const fdec_problem *p) {
-    return fdec_dtype_size(p->kvt) == 1 ? mma_smem_es<1>(p->D) : mma_smem_es<2>(p->D);
+static mma_block mma_block_for(const fdec_problem *p, int ng) {
+    return fdec_dtype_size(p->kvt) == 1 ? mma_block_es<1>(p->D, ng) : mma_block_es<2>(p->D, ng);
 }
+static size_t mma_smem(const fdec_problem *p, int ng = 1) { return mma_block_for(p, ng).smem; }
 
 /* ---- the plan of a call ---- */
 
@@ -490,20 +507,38 @@ static batch_fn pick_batch(uint32_t D, int fast) {
     return fdec_batch_kernel<KT, 0, 2>;
 }
 
-/* The tensor-core instance for a batch (mma.cuh over fdec_mma_work<fdec_batch_params>): 8 rows a tile. */
+/* The tensor-core instance for a batch (mma.cuh over fdec_mma_work<fdec_batch_params>): ng tiles of 8 rows a block
+ * (batch_tiles). */
+template <typename KT, int D>
+static batch_fn pick_batch_mma_ng(int ng) {
+    if (ng == 2) return fdec_mma_kernel<KT, D, false, fdec_batch_params, 2>;
+    if constexpr (D <= 128)
+        if (ng == 4) return fdec_mma_kernel<KT, D, false, fdec_batch_params, 4>;
+    return fdec_mma_kernel<KT, D, false, fdec_batch_params, 1>;
+}
 template <typename KT>
-static batch_fn pick_batch_mma(uint32_t D) {
+static batch_fn pick_batch_mma(uint32_t D, int ng) {
     switch (D) {
-    case 64: return fdec_mma_kernel<KT, 64, false, fdec_batch_params>;
-    case 128: return fdec_mma_kernel<KT, 128, false, fdec_batch_params>;
-    case 256: return fdec_mma_kernel<KT, 256, false, fdec_batch_params>;
-    default: return fdec_mma_kernel<KT, 512, false, fdec_batch_params>;
+    case 64: return pick_batch_mma_ng<KT, 64>(ng);
+    case 128: return pick_batch_mma_ng<KT, 128>(ng);
+    case 256: return pick_batch_mma_ng<KT, 256>(ng);
+    default: return pick_batch_mma_ng<KT, 512>(ng);
     }
+}
+
+/* Tiles of 8 rows a tensor-core block of a batch: enough for a sequence's rows (nq x R), up to 4 at head_dim 64 and
+ * 128 and 2 at 256 and 512 (mma.cuh's fdec_mma_shape: a tile's warps split the head_dim in 128s), so that K/V is read
+ * once for all its tokens. */
+static int batch_tiles(const fdec_problem *p) {
+    const int most = p->D <= 128 ? 4 : 2;
+    int ng = 1;
+    while (ng < most && 8u * ng < p->nq * p->R) ng *= 2;
+    return ng;
 }
 
 typedef struct {
     batch_fn fn;
-    int rt;
+    int rt, threads;
     uint32_t tiles, rows; /* head tiles a KV head; rows the scratch holds (num_seqs x max_q_len) */
     size_t smem;
     fdec_split split;     /* of the longest attended range the batch's bounds allow */
@@ -519,22 +554,25 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
     const int fast = fast_rows(p, b->page_size ? p->kv.page_stride : b->kv_seq_stride, kaddr, vaddr);
     batch_plan bl;
     const int mma = use_mma(c, p, fast);
+    int ng = mma ? batch_tiles(p) : 1;
+    while (ng > 1 && mma_smem(p, ng) + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin) ng /= 2;
     switch (p->kvt) {
-    case FDEC_F16: bl.fn = mma ? pick_batch_mma<__half>(p->D) : pick_batch<__half>(p->D, fast); break;
-    case FDEC_BF16: bl.fn = mma ? pick_batch_mma<__nv_bfloat16>(p->D) : pick_batch<__nv_bfloat16>(p->D, fast); break;
-    case FDEC_F8_E4M3: bl.fn = mma ? pick_batch_mma<__nv_fp8_e4m3>(p->D) : pick_batch<__nv_fp8_e4m3>(p->D, fast); break;
-    case FDEC_F8_E5M2: bl.fn = mma ? pick_batch_mma<__nv_fp8_e5m2>(p->D) : pick_batch<__nv_fp8_e5m2>(p->D, fast); break;
+    case FDEC_F16: bl.fn = mma ? pick_batch_mma<__half>(p->D, ng) : pick_batch<__half>(p->D, fast); break;
+    case FDEC_BF16: bl.fn = mma ? pick_batch_mma<__nv_bfloat16>(p->D, ng) : pick_batch<__nv_bfloat16>(p->D, fast); break;
+    case FDEC_F8_E4M3: bl.fn = mma ? pick_batch_mma<__nv_fp8_e4m3>(p->D, ng) : pick_batch<__nv_fp8_e4m3>(p->D, fast); break;
+    case FDEC_F8_E5M2: bl.fn = mma ? pick_batch_mma<__nv_fp8_e5m2>(p->D, ng) : pick_batch<__nv_fp8_e5m2>(p->D, fast); break;
     case FDEC_Q8_0: bl.fn = fdec_batch_kernel<fdec_q8_0_t, 0, 2>; break;
     case FDEC_Q4_0: bl.fn = fdec_batch_kernel<fdec_q4_0_t, 0, 2>; break;
     default: bl.fn = pick_batch<float>(p->D, fast); break;
     }
-    bl.rt = mma ? 8 : fast ? 4 : 2;
+    bl.rt = mma ? 8 * ng : fast ? 4 : 2;
+    bl.threads = mma ? mma_block_for(p, ng).threads : FDEC_CUDA_WARPS * 32;
     bl.tiles = (p->nq * p->R + bl.rt - 1) / bl.rt;
     bl.rows = b->num_seqs * p->nq;
     const uint32_t per_chunk = p->G * bl.tiles;
     const uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk - 1) / per_chunk;
     bl.split = fdec_make_split(p, lanes, c->min_chunk == MIN_CHUNK ? FDEC_BATCH_MIN_CHUNK : c->min_chunk, MAX_CHUNKS);
-    bl.smem = mma ? mma_smem(p) : fdec_batch_smem(bl.rt, p->D);
+    bl.smem = mma ? mma_smem(p, ng) : fdec_batch_smem(bl.rt, p->D);
     return bl;
 }
 
@@ -599,7 +637,7 @@ static fdec_status cuda_decode_batch(void *impl, const fdec_batch_problem *bp, c
     cfg.blockDim = dim3(FDEC_BATCH_CHECK_THREADS, 1, 1);
     if ((e = cudaLaunchKernelEx(&cfg, fdec_batch_check, prm)) != cudaSuccess) return cuda_err(e, "the check launch");
     cfg.gridDim = dim3(bl.tiles * p->G, nc, b->num_seqs);
-    cfg.blockDim = dim3(FDEC_CUDA_WARPS * 32, 1, 1);
+    cfg.blockDim = dim3(bl.threads, 1, 1);
     cfg.dynamicSmemBytes = bl.smem;
     if ((e = cudaLaunchKernelEx(&cfg, bl.fn, prm)) != cudaSuccess) return cuda_err(e, "the batch kernel launch");
     cfg.gridDim = dim3((unsigned)((size_t)bl.rows * p->H), 1, 1);

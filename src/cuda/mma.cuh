@@ -15,13 +15,15 @@
  * q is first multiplied by a power of two per head (exact) so that its 16-bit terms neither overflow nor
  * lose digits to subnormals; p by 2^15 for f16 for the same reason (l carries the same factor).
  *
- * Block = 4 warps. A warp owns DW = min(D, 128) dimensions (q fragments and the O accumulator, 64 registers) and PW
- * positions of each staged step: at D = 256 two warps, at D = 512 four warps share a position group and add their
- * partial scores through shared memory. A stage holds NP = STAGE_BYTES / (4 D) positions of K and V (rows
- * XOR-swizzled by 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); NSTAGE stages are in flight.
- * At D <= 128 each warp copies and waits for its own rows, with no block barrier in the loop (at D = 64 a warp's
- * rows are every fourth position of the step); at D >= 256 the whole block copies the step and waits for it. At D =
- * 64 and 128 (and 512 for long chunks: the STR instance) a block's steps are every nc-th of the attended range,
+ * Block = 4 warps (8 for two tiles at D = 512, below). A warp owns DW = min(D, 128) dimensions (q fragments and the O
+ * accumulator, 64 registers) and PW = 16 positions of each staged step: at D = 256 two warps, at D = 512 four warps
+ * share a position group and add their partial scores through shared memory. A block of a batch may take NG = 2 or 4
+ * tiles of 8 rows (a sequence's tokens x heads: up to 4 at D <= 128, 2 above), the block's warps split among them,
+ * so that the K/V rows are read once for all. A stage holds NP = 16 WP positions of K and V (rows XOR-swizzled by
+ * 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); NSTAGE stages are in flight. At D <= 128 with one
+ * tile each warp copies and waits for its own rows, with no block barrier in the loop (from a contiguous cache a
+ * warp's rows are every fourth position of the step); otherwise the whole block copies the step and waits for it. At
+ * D = 64 and 128 (and 512 for long chunks: the STR instance) a block's steps are every nc-th of the attended range,
  * elsewhere one contiguous chunk, so that the blocks of a KV head read one range together. After the loop each
  * position group is one partial state, and the block's tail (merge.cuh, fdec_block_tail) merges them and writes the
  * chunk state; the merge kernel merges the chunks. The tuned numbers are in docs/TUNING.md.
@@ -45,42 +47,54 @@
  * steps, where strided steps cost more than they gain. */
 #define FDEC_MMA_D512_STRIDED_MIN 1024
 
-template <int D, int ES = 2> /* ES: the cache's bytes an element, 2 or 1 (fp8) */
+/* ES: the cache's bytes an element, 2 or 1 (fp8); NG: tiles of 8 rows a block, each K/V fragment feeding all of them */
+template <int D, int ES = 2, int NG = 1>
 struct fdec_mma_shape {
     static constexpr int DW = D < 128 ? D : 128;                    /* dimensions per warp */
     static constexpr int WD = D / DW;                               /* warps per position group: 1, 1, 2, 4 */
-    static constexpr int NW = FDEC_CUDA_WARPS;                      /* warps a block */
-    static constexpr int WP = NW / WD;                              /* position groups */
-    /* a stage: 16 KiB at head_dim 64 (four of them in the one block an SM), else 32 KiB (two blocks of three fill an
-     * SM's 228 KiB) */
-    static constexpr int STAGE_BYTES = D == 64 ? 16384 : 32768;
-    static constexpr int STAGES = D == 64 ? 4 : 3;
-    static constexpr int NP = STAGE_BYTES / (4 * D);                /* positions per stage: 128, 64, 32, 16 */
-    static constexpr int PW = NP / WP;                              /* positions per warp per stage */
+    /* warps a block: FDEC_CUDA_WARPS, or 8 for two tiles at D = 512 (one block an SM) */
+    static constexpr int NW = WD * NG > FDEC_CUDA_WARPS ? WD * NG : FDEC_CUDA_WARPS;
+    static constexpr int WP = NW / WD / NG;                         /* position groups a tile */
+    static constexpr int RB = 8 * NG;                               /* rows a block */
+    /* a warp's share of a step is 16 positions (2 score tiles: the registers allow no more beside o and q), so a
+     * stage holds 16 WP positions; the ring is 64 KiB at head_dim 64 (one block an SM for 16-bit caches), else 96 KiB
+     * (two blocks fill an SM's 228 KiB): 4 stages of 16 KiB and 3 of 32 KiB with one tile a block */
+    static constexpr int PW = 16;                                   /* positions per warp per stage */
+    static constexpr int NP = PW * WP;                              /* positions per stage: 64, 64, 32, 16 (1 tile) */
+    static constexpr int STAGE_BYTES = NP * 4 * D;                  /* K and V rows of 16 bits */
+    static constexpr int RING_BYTES = D == 64 ? 65536 : 98304;
     static constexpr int NT = PW / 8;                               /* score tiles (8 positions) per warp */
     static constexpr int KS = DW / 16;                              /* k-steps of Q K^T per warp */
     static constexpr int OT = DW / 8;                               /* output tiles (8 dimensions) per warp */
-    /* who copies a step's rows: at D <= 128 (WD = 1) each warp its own PW rows, so a warp depends on no other
-     * warp in the loop (no block barrier); else the whole block all NP rows */
-    static constexpr int CT = WD == 1 ? 32 : NW * 32;               /* copying threads */
-    static constexpr int CR = WD == 1 ? PW : NP;                    /* rows they copy */
+    /* who copies a step's rows: at D <= 128 with one tile (WD = NG = 1) each warp its own PW rows, so a warp depends
+     * on no other warp in the loop (no block barrier); else the whole block all NP rows (warps of several tiles, or
+     * of one position group, read the same rows) */
+    static constexpr bool OWN = WD == 1 && NG == 1;
+    static constexpr int CT = OWN ? 32 : NW * 32;                   /* copying threads */
+    static constexpr int CR = OWN ? PW : NP;                        /* rows they copy */
     /* the ring: a stage holds the step's K rows and V rows as they are in the cache, RP 16-byte pieces a row; fp8
      * (CVT) stages are half the bytes of 16-bit ones, so more of them are in flight */
     static constexpr bool CVT = ES == 1;
     static constexpr int RP = D * ES / 16;                          /* 16-byte pieces a row */
     static constexpr int RPP = CT / RP;                             /* rows one cp.async pass covers */
-    static constexpr int NSTAGE = CVT ? (D == 64 ? 8 : 6) : STAGES; /* stages in the ring */
     static constexpr int RSTAGE_BYTES = STAGE_BYTES * ES / 2;      /* bytes of a stage of this cache type */
-    static_assert(CR % RPP == 0 && CT % RP == 0, "whole copy passes");
+    /* stages in the ring (fp8: twice as many), at most 16 (two tiles at D = 64 with fp8: 4 KiB stages) */
+    static constexpr int NSTAGE = RING_BYTES / RSTAGE_BYTES < 16 ? RING_BYTES / RSTAGE_BYTES : 16;
+    static constexpr int NPASS = (CR + RPP - 1) / RPP;             /* cp.async passes (rows a copying thread) */
+    static_assert(CT % RP == 0 && (CR % RPP == 0 || (NPASS == 1 && CR < RPP)), "whole rows a pass, whole passes");
     static_assert(NT % 2 == 0 && PW % 16 == 0, "P V takes positions 16 at a time");
     static_assert(RP >= 4 && DW % 32 == 0, "the swizzle needs 4 pieces a row; fp8 fragments take 32 dimensions");
+    static_assert(WP >= 1 && WP * WD * NG == NW && NSTAGE >= 3, "every warp a tile's; three stages at least");
     static_assert(WP <= FDEC_CUDA_WARPS, "the host sizes the tail's shared memory for at most that many states");
+    /* the tail's states ([WP][RB] m and l, [WP][RB][D] o) fit in the ring's memory */
+    static_assert((size_t)WP * RB * (2 + D) * 4 <= (size_t)NSTAGE * RSTAGE_BYTES, "the tail's states fit the ring");
 };
 
-/* What a block of fdec_mma_kernel works on, by its parameters' type: its rows (the MMA's rows 0..7), the positions it
- * reads and where they are, and where its chunk state goes. This one: a call of fdec_decode, block (head tile x,
- * chunk y, KV head z), its rows query heads h0.. of KV head g, every one attending every position of [lo, hi). A
- * batch's blocks (batch.cuh) take a sequence's (token, query head) rows, each with its own range. */
+/* What a block of fdec_mma_kernel works on, by its parameters' type: its rows (rb of them, 8 a tile: each tile's are
+ * the MMA's rows 0..7), the positions it reads and where they are, and where its chunk states go. This one: a call
+ * of fdec_decode, block (head tile x, chunk y, KV head z), its rows query heads h0.. of KV head g, every one attending
+ * every position of [lo, hi). A batch's blocks (batch.cuh) take a sequence's (token, query head) rows, each with its
+ * own range. */
 template <typename P>
 struct fdec_mma_work;
 
@@ -91,13 +105,14 @@ struct fdec_mma_work<fdec_cuda_params> {
     const fdec_cuda_params &p;
     uint32_t g, chunk, h0;
     int nh; /* the tile's rows */
-    __device__ explicit fdec_mma_work(const fdec_cuda_params &p_)
-        : p(p_), g(blockIdx.z), chunk(blockIdx.y), h0(blockIdx.z * p_.R + blockIdx.x * 8),
-          nh(min(8, (int)(p_.R - blockIdx.x * 8))) {}
+    __device__ fdec_mma_work(const fdec_cuda_params &p_, int rb)
+        : p(p_), g(blockIdx.z), chunk(blockIdx.y), h0(blockIdx.z * p_.R + blockIdx.x * rb),
+          nh(min(rb, (int)(p_.R - blockIdx.x * rb))) {}
     __device__ bool bad() const { return false; }
     __device__ uint64_t lo() const { return p.lo; }
     __device__ uint64_t hi() const { return p.hi; }
     __device__ size_t ps() const { return p.ps; }
+    __device__ bool paged() const { return false; }
     __device__ size_t kv_base() const { return (size_t)g * p.hs; } /* from k (v) to the block's KV head */
     /* position t's row (from kv_base), 0 where !ok */
     __device__ size_t pos_off(bool ok, uint64_t t) const { return (size_t)(ok ? fdec_cache_row(p, t) : 0) * p.ps; }
@@ -112,9 +127,9 @@ struct fdec_mma_work<fdec_cuda_params> {
 };
 
 /* The dynamic shared memory of the kernel: the ring, and at D > 128 the partial scores the warps of a group exchange */
-template <int D, int ES = 2>
+template <int D, int ES = 2, int NG = 1>
 constexpr size_t fdec_mma_smem_bytes() {
-    using S = fdec_mma_shape<D, ES>;
+    using S = fdec_mma_shape<D, ES, NG>;
     return (size_t)S::NSTAGE * S::RSTAGE_BYTES + (S::WD > 1 ? (size_t)S::NW * 32 * S::NT * 2 * sizeof(float) : 0);
 }
 
@@ -264,25 +279,30 @@ __device__ __forceinline__ int fdec_mma_dim(int j, int e, int cq) {
 }
 
 /* A block's work is fdec_mma_work<P>'s. One function of ~230 lines: the copy, score, softmax and output steps are
- * lambdas over the same registers (q's terms, o, the state), which the compiler keeps in registers across the loop. */
-template <typename KT, int D, bool STR = false, typename P = fdec_cuda_params>
-__global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM) fdec_mma_kernel(const P p) {
+ * lambdas over the same registers (q's terms, o, the state), which the compiler keeps in registers across the loop.
+ * NG tiles of 8 rows a block (a batch's sequences of several tokens): the warps of tile tg = warp / (WP WD) compute its
+ * rows from the same staged K/V as the other tiles', so that a step's rows are read from memory once for all. */
+template <typename KT, int D, bool STR = false, typename P = fdec_cuda_params, int NG = 1>
+__global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32,
+                                  fdec_mma_shape<D, sizeof(KT), NG>::NW > FDEC_CUDA_WARPS ? 1 : FDEC_CUDA_BLOCKS_PER_SM)
+    fdec_mma_kernel(const P p) {
     using MT = typename fdec_mma_elem<KT>::type; /* the MMA's type */
-    using S = fdec_mma_shape<D, (int)sizeof(KT)>;
+    using S = fdec_mma_shape<D, (int)sizeof(KT), NG>;
     constexpr bool CVT = S::CVT;
     constexpr int NSTAGE = S::NSTAGE;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
-                  RP = S::RP;
-    constexpr int NTERM = fdec_split_terms<MT>::N, RT = 8;
+                  RP = S::RP, RB = S::RB;
+    constexpr int NTERM = fdec_split_terms<MT>::N;
     /* dimensions a 16-byte piece of a row holds; k-steps (K) and output tiles (V) an ldmatrix.x4 of the stage gives */
     constexpr int DPP = 16 / (int)sizeof(KT), KG = CVT ? 4 : 2, VG = CVT ? 4 : 2;
     constexpr float PSCALE = std::is_same<MT, __half>::value ? 32768.f : 1.f;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gq = lane >> 2, cq = lane & 3; /* the MMA fragment's row group and column pair */
-    const int pg = warp / WD, ds = (warp % WD) * DW;
+    /* the warp's tile, its position group in the tile, and its first dimension */
+    const int tg = warp / (WP * WD), pg = warp % (WP * WD) / WD, ds = (warp % WD) * DW;
     using W = fdec_mma_work<P>;
     if constexpr (W::FROM_MEMORY) fdec_grid_wait();
-    const W w(p);
+    const W w(p, RB);
     const uint32_t chunk = w.chunk;
     const int nh = w.nh;
     if constexpr (W::OWN_RANGES)
@@ -323,8 +343,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
      * k = 2 cq + {0, 1, 8, 9}: for 16-bit caches dimensions 2 cq + {0, 1, 8, 9} of the k-step, for fp8 4 cq + {0..3},
      * the order in which the K fragments come from fp8 rows (below) */
     float qv[KS][4];
-    const bool qok = gq < nh;
-    const int rq = qok ? gq : 0; /* rows past the tile's load (and mask as) its first row */
+    const int row = tg * 8 + gq; /* the lane's row of the block */
+    const bool qok = row < nh;
+    const int rq = qok ? row : 0; /* rows past the block's load (and mask as) its first row */
     const uint32_t qhead = w.head(rq);
     const uint64_t qpos = w.pos(rq), qfirst = w.first(rq);
     {
@@ -338,39 +359,41 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
         });
     }
 
-    /* this thread's piece of each row it copies: fixed column, rows row0 + id / RP + i * RPP */
-    const int cp_id = WD == 1 ? lane : (int)threadIdx.x;
-    const int cp_c = cp_id % RP, cp_r = (WD == 1 ? pg * PW : 0) + cp_id / RP;
+    /* this thread's piece of each row it copies: fixed column cp_c, NPASS consecutive rows of the stage from cp_r (a
+     * pass writes RPP rows, NPASS apart; a partial last pass leaves threads idle) */
+    const int cp_id = S::OWN ? lane : (int)threadIdx.x;
+    const int cp_c = cp_id % RP, cp_r = (S::OWN ? pg * PW : 0) + cp_id / RP * S::NPASS;
     constexpr int EPP = 16 / (int)sizeof(KT); /* elements a piece */
-    /* with each warp its own rows (D <= 128), warp pg's slot i of a step holds the step's position i * WP + pg
-     * instead of pg * PW + i, so that the block reads one contiguous range of a step together. Positions only matter
-     * for the mask below (src_row). */
-    constexpr bool IL = WD == 1;
-    auto src_row = [&](int r) { return IL ? (r % PW) * WP + r / PW : r; };
-    const size_t pass_stride = (size_t)S::RPP * (IL ? WP : 1) * w.ps(); /* elements between this thread's rows */
+    /* with each warp its own rows (S::OWN), warp pg's slot i of a step holds the step's position i * WP + pg
+     * instead of pg * PW + i, so that the block reads one contiguous range of a step together (il); but not from
+     * pages, where a thread's rows are consecutive positions, in one page for pages of NPASS or more from an aligned
+     * start, found by one page-table read. Positions only matter for the mask below (src_row). */
+    const bool il = S::OWN && !w.paged();
+    auto src_row = [&](int r) { return il ? (r % PW) * WP + r / PW : r; };
+    const size_t row_stride = (size_t)(il ? WP : 1) * w.ps(); /* elements between this thread's rows */
     auto issue = [&](int step, int s) {
-        const uint64_t base = step_base(step);
+        const uint64_t base = step_base(step), t0 = base + src_row(cp_r);
         uint4 *ks_ = kst(s), *vs_ = vst(s);
-        if (w.run(base, NP, c1)) { /* every row of the step there and ps apart: pointer steps */
-            const KT *kp = kbase + w.run_off(base, src_row(cp_r)) + cp_c * EPP,
-                     *vp = vbase + (kp - kbase);
+        if (S::CR % S::RPP == 0 || cp_id / RP < S::CR) { /* not one of a partial pass's idle threads */
+            /* every row of the step (il) or of this thread there and ps apart: pointer steps */
+            if (il ? w.run(base, NP, c1) : w.run(t0, S::NPASS, c1)) {
+                const KT *kp = kbase + w.run_off(t0, 0) + cp_c * EPP, *vp = vbase + (kp - kbase);
 #pragma unroll
-            for (int i = 0; i < S::CR / S::RPP; i++) {
-                const int r = cp_r + i * S::RPP;
-                fdec_cp_async16(piece(ks_, r, cp_c), kp + i * pass_stride);
-                fdec_cp_async16(piece(vs_, r, cp_c), vp + i * pass_stride);
+                for (int i = 0; i < S::NPASS; i++) {
+                    fdec_cp_async16(piece(ks_, cp_r + i, cp_c), kp + i * row_stride);
+                    fdec_cp_async16(piece(vs_, cp_r + i, cp_c), vp + i * row_stride);
+                }
+                return;
             }
-            return;
-        }
 #pragma unroll
-        for (int i = 0; i < S::CR / S::RPP; i++) {
-            const int r = cp_r + i * S::RPP;
-            const uint64_t t = base + src_row(r);
-            const bool ok = t < c1;
-            const size_t off = w.pos_off(ok, t) + cp_c * EPP;
-            /* rows past c1: zero-filled, not read */
-            fdec_cp_async16_zfill(piece(ks_, r, cp_c), kbase + off, ok ? 16u : 0u);
-            fdec_cp_async16_zfill(piece(vs_, r, cp_c), vbase + off, ok ? 16u : 0u);
+            for (int i = 0; i < S::NPASS; i++) {
+                const uint64_t t = base + src_row(cp_r + i);
+                const bool ok = t < c1;
+                const size_t off = w.pos_off(ok, t) + cp_c * EPP;
+                /* rows past c1: zero-filled, not read */
+                fdec_cp_async16_zfill(piece(ks_, cp_r + i, cp_c), kbase + off, ok ? 16u : 0u);
+                fdec_cp_async16_zfill(piece(vs_, cp_r + i, cp_c), vbase + off, ok ? 16u : 0u);
+            }
         }
     };
 #pragma unroll
@@ -389,7 +412,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     for (int it = 0; it < nsteps; it++) {
         fdec_cp_async_wait<NSTAGE - 2>();
         /* stage it has landed for every copying thread; stage it - 1 is free */
-        if constexpr (WD == 1) __syncwarp();
+        if constexpr (S::OWN) __syncwarp();
         else __syncthreads();
         if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
         fdec_cp_async_commit();
@@ -438,7 +461,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
             for (int nt = 0; nt < NT; nt++) sv[nt][0] = sv[nt][1] = 0.f;
 #pragma unroll
             for (int w = 0; w < WD; w++) {
-                const float *x = xs + ((size_t)(pg * WD + w) * 32 + lane) * NT * 2;
+                const float *x = xs + ((size_t)((tg * WP + pg) * WD + w) * 32 + lane) * NT * 2;
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) sv[nt][0] += x[nt * 2], sv[nt][1] += x[nt * 2 + 1];
             }
@@ -522,9 +545,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     float *smem = reinterpret_cast<float *>(smem_raw);
-    float *sm_m = smem, *sm_l = smem + WP * RT, *sm_o = smem + 2 * WP * RT; /* sm_o: [WP][RT][D] */
-    if (gq < nh) {
-        if (warp % WD == 0 && cq == 0) sm_m[pg * RT + gq] = m, sm_l[pg * RT + gq] = l * (1.f / PSCALE);
+    float *sm_m = smem, *sm_l = smem + WP * RB, *sm_o = smem + 2 * WP * RB; /* sm_o: [WP][RB][D] */
+    if (qok) {
+        if (warp % WD == 0 && cq == 0) sm_m[pg * RB + row] = m, sm_l[pg * RB + row] = l * (1.f / PSCALE);
         const float osc = CVT ? fdec_kv_scale_at(&p.sc, w.g, 1) / PSCALE : 1.f / PSCALE; /* fp8: the V scale */
 #pragma unroll
         for (int j = 0; j < OT; j++)
@@ -532,9 +555,9 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_CUDA_BLOCKS_PER_SM)
             for (int e = 0; e < 2; e++) {
                 /* o[j][2..3] are the last block (an inf in o makes it NaN, inf - inf: non-finite either way, and the
                  * tail makes the head NaN, flashdec.h) */
-                sm_o[(pg * RT + gq) * D + ds + fdec_mma_dim<CVT>(j, e, cq)] = (o[j][e] + o[j][e + 2]) * osc;
+                sm_o[(pg * RB + row) * D + ds + fdec_mma_dim<CVT>(j, e, cq)] = (o[j][e] + o[j][e + 2]) * osc;
             }
     }
     __syncthreads();
-    fdec_block_tail<D, RT, WP>([&](int r) { return w.state(r); }, w.bad(), p.part_o, p.part_m, p.part_l, smem, nh, D);
+    fdec_block_tail<D, RB, WP>([&](int r) { return w.state(r); }, w.bad(), p.part_o, p.part_m, p.part_l, smem, nh, D);
 }

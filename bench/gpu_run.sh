@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Build, test and benchmark the CUDA backend on a GPU machine in one go (the device tool runs it there).
-#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [variants] [batch] [peer] [py] [hf] [gpus] [ncu] [flashinfer]
-#   (no argument: all but ncu and flashinfer)
+#   bench/gpu_run.sh [build] [test] [sanitize] [bench] [variants] [batch] [fp8] [peer] [py] [hf] [gpus] [ncu]
+#                    [flashinfer]   (no argument: all but ncu and flashinfer)
 # Logs and JSON go to $OUT (the device tool's output folder) or bench/results.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
-stages=${*:-build test sanitize bench variants batch peer py hf gpus}
+stages=${*:-build test sanitize bench variants batch fp8 peer py hf gpus}
 has() { [[ " $stages " == *" $1 "* ]]; }
 rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv \
@@ -39,11 +39,20 @@ if has variants; then # the logit variants side by side with the plain call (#54
     --ctx 4096,32768,131072 --variants plain,softcap,sinks,alibi,plain --softcap 50 --reps 10 --no-check \
     --json "$OUT/cuda-variants.json" 2>&1 | tee "$OUT/bench-variants.log" || rc=1
 fi
-if has batch; then # batches (fdec_decode_batch): contiguous and pages of 16, one and four query tokens a sequence
+if has batch; then # batches (fdec_decode_batch): one and four query tokens a sequence over pages of 16 (#52's 1.3x
+  # goal), then contiguous caches against pages of 16 (B=32, 4k-12k positions)
   for q in 1 4; do
-    timeout 120 ./build/flashdec bench --backend cuda --batch 32 --lens 512-1536 --page-size 0,16 --q-len $q \
-      --preset llama3-8b,lfm2,gemma4-sliding-full,gemma4-full --reps 5 2>&1 | tee "$OUT/bench-batch-q$q.log" || rc=1
+    timeout 120 ./build/flashdec bench --backend cuda --batch 32 --lens 512-8192 --page-size 16 --q-len $q \
+      --preset llama3-8b,lfm2,gemma4-sliding,gemma4-full --reps 5 2>&1 | tee "$OUT/bench-batch-q$q.log" || rc=1
   done
+  timeout 120 ./build/flashdec bench --backend cuda --batch 32 --lens 4096-12288 --page-size 0,16 \
+    --preset llama3-8b,lfm2,gemma4-sliding,gemma4-full --reps 5 2>&1 | tee "$OUT/bench-batch-pages.log" || rc=1
+fi
+if has fp8; then # fp8 caches against f16 at 32k and 131k (#53's 0.6x and 3.5 TB/s goal), the types alternated twice
+  for round in 1 2; do for kv in f16 f8_e4m3 f8_e5m2; do
+    timeout 60 ./build/flashdec bench --backend cuda --kv $kv --ctx 32768,131072 --reps 7 --no-check \
+      --preset llama3-8b,lfm2,gemma4-sliding-full,gemma4-full 2>&1 | tee -a "$OUT/bench-fp8.log" || rc=1
+  done; done
 fi
 if has peer; then
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1

@@ -111,22 +111,27 @@ static partial_fn pick_mma(uint32_t D, int cc, int strided) {
     }
 }
 
-/* The tensor-core kernel's block for head_dim D, a cache of ES bytes an element (2, or 1: fp8) and ng tiles a block (a
- * batch's: batch_tiles): its shared memory and threads (mma.cuh's fdec_mma_shape) */
+/* f(std::integral_constant<int, NG>()) for ng (1, 2 or 4, batch_tiles's) tiles of 8 rows a tensor-core block at head_dim
+ * D: the one place a run-time tile count becomes an instance */
+template <int D, typename F>
+static auto with_tiles(int ng, F f) {
+    if constexpr (fdec_mma_max_tiles(D) >= 4)
+        if (ng == 4) return f(std::integral_constant<int, 4>());
+    if (ng == 2) return f(std::integral_constant<int, 2>());
+    return f(std::integral_constant<int, 1>());
+}
+
+/* The tensor-core kernel's block for head_dim D, a cache of ES bytes an element (2, or 1: fp8) and ng tiles a block:
+ * its shared memory and threads (mma.cuh's fdec_mma_shape) */
 typedef struct {
     size_t smem;
     int threads;
 } mma_block;
-template <int ES, int D, int NG>
-static mma_block mma_block_of() {
-    return {fdec_mma_smem_bytes<D, ES, NG>(), fdec_mma_shape<D, ES, NG>::NW * 32};
-}
 template <int ES, int D>
 static mma_block mma_block_ng(int ng) {
-    if (ng == 2) return mma_block_of<ES, D, 2>();
-    if constexpr (D <= 128)
-        if (ng == 4) return mma_block_of<ES, D, 4>();
-    return mma_block_of<ES, D, 1>();
+    return with_tiles<D>(ng, [](auto t) {
+        return mma_block{fdec_mma_smem_bytes<D, ES, decltype(t)::value>(), fdec_mma_shape<D, ES, decltype(t)::value>::NW * 32};
+    });
 }
 template <int ES>
 static mma_block mma_block_es(uint32_t D, int ng) {
@@ -511,10 +516,7 @@ static batch_fn pick_batch(uint32_t D, int fast) {
  * (batch_tiles). */
 template <typename KT, int D>
 static batch_fn pick_batch_mma_ng(int ng) {
-    if (ng == 2) return fdec_mma_kernel<KT, D, false, fdec_batch_params, 2>;
-    if constexpr (D <= 128)
-        if (ng == 4) return fdec_mma_kernel<KT, D, false, fdec_batch_params, 4>;
-    return fdec_mma_kernel<KT, D, false, fdec_batch_params, 1>;
+    return with_tiles<D>(ng, [](auto t) { return (batch_fn)fdec_mma_kernel<KT, D, false, fdec_batch_params, decltype(t)::value>; });
 }
 template <typename KT>
 static batch_fn pick_batch_mma(uint32_t D, int ng) {
@@ -526,11 +528,10 @@ static batch_fn pick_batch_mma(uint32_t D, int ng) {
     }
 }
 
-/* Tiles of 8 rows a tensor-core block of a batch: enough for a sequence's rows (nq x R), up to 4 at head_dim 64 and
- * 128 and 2 at 256 and 512 (mma.cuh's fdec_mma_shape: a tile's warps split the head_dim in 128s), so that K/V is read
- * once for all its tokens. */
+/* Tiles of 8 rows a tensor-core block of a batch: enough for a sequence's rows (nq x R), up to fdec_mma_max_tiles, so
+ * that K/V is read once for all its tokens. */
 static int batch_tiles(const fdec_problem *p) {
-    const int most = p->D <= 128 ? 4 : 2;
+    const int most = fdec_mma_max_tiles((int)p->D);
     int ng = 1;
     while (ng < most && 8u * ng < p->nq * p->R) ng *= 2;
     return ng;
@@ -556,6 +557,7 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
     const int mma = use_mma(c, p, fast);
     int ng = mma ? batch_tiles(p) : 1;
     while (ng > 1 && mma_smem(p, ng) + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin) ng /= 2;
+    const mma_block mb = mma_block_for(p, ng);
     switch (p->kvt) {
     case FDEC_F16: bl.fn = mma ? pick_batch_mma<__half>(p->D, ng) : pick_batch<__half>(p->D, fast); break;
     case FDEC_BF16: bl.fn = mma ? pick_batch_mma<__nv_bfloat16>(p->D, ng) : pick_batch<__nv_bfloat16>(p->D, fast); break;
@@ -566,13 +568,13 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
     default: bl.fn = pick_batch<float>(p->D, fast); break;
     }
     bl.rt = mma ? 8 * ng : fast ? 4 : 2;
-    bl.threads = mma ? mma_block_for(p, ng).threads : FDEC_CUDA_WARPS * 32;
+    bl.threads = mma ? mb.threads : FDEC_CUDA_WARPS * 32;
     bl.tiles = (p->nq * p->R + bl.rt - 1) / bl.rt;
     bl.rows = b->num_seqs * p->nq;
     const uint32_t per_chunk = p->G * bl.tiles;
     const uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk - 1) / per_chunk;
     bl.split = fdec_make_split(p, lanes, c->min_chunk == MIN_CHUNK ? FDEC_BATCH_MIN_CHUNK : c->min_chunk, MAX_CHUNKS);
-    bl.smem = mma ? mma_smem(p, ng) : fdec_batch_smem(bl.rt, p->D);
+    bl.smem = mma ? mb.smem : fdec_batch_smem(bl.rt, p->D);
     return bl;
 }
 

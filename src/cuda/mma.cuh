@@ -47,9 +47,13 @@
  * steps, where strided steps cost more than they gain. */
 #define FDEC_MMA_D512_STRIDED_MIN 1024
 
+/* The most tiles of 8 rows a block takes at head_dim D: its warps split the head_dim in 128s, 4 or 8 warps a block */
+constexpr int fdec_mma_max_tiles(int D) { return D <= 128 ? 4 : 2; }
+
 /* ES: the cache's bytes an element, 2 or 1 (fp8); NG: tiles of 8 rows a block, each K/V fragment feeding all of them */
 template <int D, int ES = 2, int NG = 1>
 struct fdec_mma_shape {
+    static_assert(NG == 1 || NG == 2 || (NG == 4 && fdec_mma_max_tiles(D) >= 4), "1, 2 or 4 tiles a block");
     static constexpr int DW = D < 128 ? D : 128;                    /* dimensions per warp */
     static constexpr int WD = D / DW;                               /* warps per position group: 1, 1, 2, 4 */
     /* warps a block: FDEC_CUDA_WARPS, or 8 for two tiles at D = 512 (one block an SM) */

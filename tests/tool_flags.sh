@@ -28,6 +28,7 @@ bad "--softcap" bench --softcap -3
 bad "--softcap" bench --softcap abc
 bad "unknown variant" bench --variants plain,nosuch
 bad "--variants" bench --variants plain,sinks --alibi
+bad "K/V dtype" bench --kv-dtype q5_1
 bad "unknown command" nosuch
 v=$("$tool" --version); n=$((n + 1))
 [[ "$v" =~ ^flashdec\ [0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "FAIL: flashdec --version printed '$v'"; fail=$((fail + 1)); }

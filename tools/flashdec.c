@@ -398,7 +398,8 @@ static const char *bench_help =
     "  --ring N              ring capacity for --shape (0: contiguous)\n"
     "  --ctx LIST            context lengths, e.g. 1024,4096,32k (default 1024,4096,32768,131072)\n"
     "  --threads LIST        thread counts (default: all online CPUs)\n"
-    "  --kv TYPE             K/V dtype: f16 (default), bf16, f32, f8_e4m3, f8_e5m2, q8_0, q4_0; --q, --out\n"
+    "  --kv TYPE             K/V dtype (also --kv-dtype): f16 (default), bf16, f32, f8_e4m3, f8_e5m2, q8_0,\n"
+    "                        q4_0; --q, --out\n"
     "                        likewise for q and out (f32, f16, bf16; default f32)\n"
     "  --backend cpu|cuda    (default cpu)\n"
     "  --path auto|scalar|avx2|avx512|neon   CPU kernel path (default auto)\n"
@@ -452,10 +453,11 @@ static int cmd_bench(int argc, char **argv, int demo) {
         if (!strcmp(a, "--no-check")) { bo.check = 0; continue; }
         if (!strcmp(a, "--sinks")) { sinks = 1; continue; }
         if (!strcmp(a, "--alibi")) { alibi = 1; continue; }
-        static const char *const valued[] = {"--preset", "--shape", "--window", "--ring", "--ctx", "--threads", "--kv",
-                                             "--q", "--out", "--backend", "--path", "--reps", "--rotate-mb", "--json",
-                                             "--gpus", "--softcap", "--variants", "--batch", "--lens", "--page-size",
-                                             "--q-len"};
+        static const char *const valued[] = {"--preset",  "--shape", "--window",  "--ring",      "--ctx",
+                                             "--threads", "--kv",    "--kv-dtype", "--q",        "--out",
+                                             "--backend", "--path",  "--reps",     "--rotate-mb", "--json",
+                                             "--gpus",    "--softcap", "--variants", "--batch",   "--lens",
+                                             "--page-size", "--q-len"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return usage_error(cmd, "unknown option '%s'", a);
@@ -488,7 +490,7 @@ static int cmd_bench(int argc, char **argv, int demo) {
             ctx_given = 1;
         } else if (!strcmp(a, "--threads")) {
             if ((nthr = parse_list(val, thr, 8, 1)) < 1) return usage_error(cmd, "bad --threads list '%s'", val);
-        } else if (!strcmp(a, "--kv")) {
+        } else if (!strcmp(a, "--kv") || !strcmp(a, "--kv-dtype")) {
             if (parse_dtype_kv(val, &bo.kvt, 1))
                 return usage_error(cmd, "bad K/V dtype '%s' (f32, f16, bf16, f8_e4m3, f8_e5m2, q8_0, q4_0)", val);
         } else if (!strcmp(a, "--q")) {

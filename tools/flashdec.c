@@ -453,11 +453,10 @@ static int cmd_bench(int argc, char **argv, int demo) {
         if (!strcmp(a, "--no-check")) { bo.check = 0; continue; }
         if (!strcmp(a, "--sinks")) { sinks = 1; continue; }
         if (!strcmp(a, "--alibi")) { alibi = 1; continue; }
-        static const char *const valued[] = {"--preset",  "--shape", "--window",  "--ring",      "--ctx",
-                                             "--threads", "--kv",    "--kv-dtype", "--q",        "--out",
-                                             "--backend", "--path",  "--reps",     "--rotate-mb", "--json",
-                                             "--gpus",    "--softcap", "--variants", "--batch",   "--lens",
-                                             "--page-size", "--q-len"};
+        static const char *const valued[] = {"--preset", "--shape", "--window", "--ring", "--ctx", "--threads", "--kv",
+                                             "--kv-dtype", "--q", "--out", "--backend", "--path", "--reps",
+                                             "--rotate-mb", "--json", "--gpus", "--softcap", "--variants", "--batch",
+                                             "--lens", "--page-size", "--q-len"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return usage_error(cmd, "unknown option '%s'", a);

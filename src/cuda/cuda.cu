@@ -99,16 +99,28 @@ static partial_fn pick_d(uint32_t D, int fast, int rt, uint32_t chunk_len) {
     return pick_rt<KT, 0>(rt, chunk_len);
 }
 
+/* f(std::integral_constant<int, D>()) for a tensor-core head_dim (64, 128, 256 or 512, use_mma's): the one place a
+ * run-time head_dim becomes a tensor-core instance */
+template <typename F>
+static auto with_mma_dim(uint32_t D, F f) {
+    switch (D) {
+    case 64: return f(std::integral_constant<int, 64>());
+    case 128: return f(std::integral_constant<int, 128>());
+    case 256: return f(std::integral_constant<int, 256>());
+    default: return f(std::integral_constant<int, 512>());
+    }
+}
+
 /* The tensor-core instance for head_dim D; strided: head_dim 512's instance with strided steps (sm_90, where it was
  * measured) */
 template <typename KT>
 static partial_fn pick_mma(uint32_t D, int cc, int strided) {
-    switch (D) {
-    case 64: return fdec_mma_kernel<KT, 64>;
-    case 128: return fdec_mma_kernel<KT, 128>;
-    case 256: return fdec_mma_kernel<KT, 256>;
-    default: return strided && cc >= 9 ? fdec_mma_kernel<KT, 512, true> : fdec_mma_kernel<KT, 512>;
-    }
+    return with_mma_dim(D, [&](auto d) -> partial_fn {
+        constexpr int Dc = decltype(d)::value;
+        if constexpr (Dc == 512)
+            if (strided && cc >= 9) return fdec_mma_kernel<KT, 512, true>;
+        return fdec_mma_kernel<KT, Dc>;
+    });
 }
 
 /* f(std::integral_constant<int, NG>()) for ng (1, 2 or 4, batch_tiles's) tiles of 8 rows a tensor-core block at head_dim
@@ -127,25 +139,21 @@ typedef struct {
     size_t smem;
     int threads;
 } mma_block;
-template <int ES, int D>
-static mma_block mma_block_ng(int ng) {
-    return with_tiles<D>(ng, [](auto t) {
-        return mma_block{fdec_mma_smem_bytes<D, ES, decltype(t)::value>(), fdec_mma_shape<D, ES, decltype(t)::value>::NW * 32};
-    });
-}
-template <int ES>
-static mma_block mma_block_es(uint32_t D, int ng) {
-    switch (D) {
-    case 64: return mma_block_ng<ES, 64>(ng);
-    case 128: return mma_block_ng<ES, 128>(ng);
-    case 256: return mma_block_ng<ES, 256>(ng);
-    default: return mma_block_ng<ES, 512>(ng);
-    }
+template <int D, int ES, int NG>
+static mma_block mma_block_of() {
+    return mma_block{fdec_mma_smem_bytes<D, ES, NG>(), fdec_mma_shape<D, ES, NG>::NW * 32};
 }
 static mma_block mma_block_for(const fdec_problem *p, int ng) {
-    return fdec_dtype_size(p->kvt) == 1 ? mma_block_es<1>(p->D, ng) : mma_block_es<2>(p->D, ng);
+    const bool fp8 = fdec_dtype_size(p->kvt) == 1;
+    return with_mma_dim(p->D, [&](auto d) {
+        constexpr int Dc = decltype(d)::value;
+        return with_tiles<Dc>(ng, [&](auto t) {
+            constexpr int NG = decltype(t)::value;
+            return fp8 ? mma_block_of<Dc, 1, NG>() : mma_block_of<Dc, 2, NG>();
+        });
+    });
 }
-static size_t mma_smem(const fdec_problem *p, int ng = 1) { return mma_block_for(p, ng).smem; }
+static size_t mma_smem(const fdec_problem *p) { return mma_block_for(p, 1).smem; }
 
 /* ---- the plan of a call ---- */
 
@@ -514,18 +522,14 @@ static batch_fn pick_batch(uint32_t D, int fast) {
 
 /* The tensor-core instance for a batch (mma.cuh over fdec_mma_work<fdec_batch_params>): ng tiles of 8 rows a block
  * (batch_tiles). */
-template <typename KT, int D>
-static batch_fn pick_batch_mma_ng(int ng) {
-    return with_tiles<D>(ng, [](auto t) { return (batch_fn)fdec_mma_kernel<KT, D, false, fdec_batch_params, decltype(t)::value>; });
-}
 template <typename KT>
 static batch_fn pick_batch_mma(uint32_t D, int ng) {
-    switch (D) {
-    case 64: return pick_batch_mma_ng<KT, 64>(ng);
-    case 128: return pick_batch_mma_ng<KT, 128>(ng);
-    case 256: return pick_batch_mma_ng<KT, 256>(ng);
-    default: return pick_batch_mma_ng<KT, 512>(ng);
-    }
+    return with_mma_dim(D, [&](auto d) {
+        constexpr int Dc = decltype(d)::value;
+        return with_tiles<Dc>(ng, [&](auto t) {
+            return (batch_fn)fdec_mma_kernel<KT, Dc, false, fdec_batch_params, decltype(t)::value>;
+        });
+    });
 }
 
 /* Tiles of 8 rows a tensor-core block of a batch: enough for a sequence's rows (nq x R), up to fdec_mma_max_tiles, so
@@ -556,8 +560,8 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
     batch_plan bl;
     const int mma = use_mma(c, p, fast);
     int ng = mma ? batch_tiles(p) : 1;
-    while (ng > 1 && mma_smem(p, ng) + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin) ng /= 2;
-    const mma_block mb = mma_block_for(p, ng);
+    mma_block mb = mma_block_for(p, ng);
+    while (ng > 1 && mb.smem + FDEC_CUDA_STATIC_SMEM_MAX > c->smem_optin) mb = mma_block_for(p, ng /= 2);
     switch (p->kvt) {
     case FDEC_F16: bl.fn = mma ? pick_batch_mma<__half>(p->D, ng) : pick_batch<__half>(p->D, fast); break;
     case FDEC_BF16: bl.fn = mma ? pick_batch_mma<__nv_bfloat16>(p->D, ng) : pick_batch<__nv_bfloat16>(p->D, fast); break;

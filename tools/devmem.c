@@ -29,9 +29,13 @@ void *fd_dev_alloc(size_t bytes) {
 void fd_dev_free(void *p) {
     if (p) cudaFree(p);
 }
-int fd_h2d(void *dst, const void *src, size_t n) { return cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice) != cudaSuccess; }
+/* A copy from pageable memory (and a memset) may return before the device has written the bytes, and a kernel on a
+ * non-blocking stream (the tests' own stream) is not ordered after it: both wait until it is done. */
+int fd_h2d(void *dst, const void *src, size_t n) {
+    return cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess;
+}
 int fd_d2h(void *dst, const void *src, size_t n) { return cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost) != cudaSuccess; }
-int fd_dev_memset(void *p, int b, size_t n) { return cudaMemset(p, b, n) != cudaSuccess; }
+int fd_dev_memset(void *p, int b, size_t n) { return cudaMemset(p, b, n) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess; }
 int fd_dev_sync(void) { return cudaDeviceSynchronize() != cudaSuccess; }
 int fd_dev_count(void) {
     int n = 0;

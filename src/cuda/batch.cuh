@@ -10,11 +10,13 @@
  *                     of the sequence's (token, query head) rows of one KV head over one chunk of its positions, each
  *                     K/V row read once for all of them: mma.cuh's tensor-core kernel (tiles of 8 rows, up to 4 a
  *                     block, over fdec_mma_work<fdec_batch_params> below) for 16-bit and fp8 caches on its shapes,
- *                     fdec_batch_kernel (SIMT, RT rows) for the others. A sequence's chunks are chunk_len positions from its first
- *                     attended position, chunk_len fixed by the batch's bounds (max_seq_len, max_q_len), never by
- *                     the other sequences: batch invariance.
- *   fdec_batch_merge  merges each (row, head)'s chunk states into out and lse (merge.cuh's fdec_merge_heads, the sink
- *                     included).
+ *                     fdec_batch_kernel (SIMT, RT rows) for the others. A sequence's chunks are chunk_len
+ *                     positions from its first attended position, chunk_len fixed by the batch's bounds (max_seq_len,
+ *                     max_q_len), never by the other sequences: batch invariance. The blocks of chunks past a
+ *                     sequence's end return at once (fdec_batch_chunks).
+ *   fdec_batch_merge  merges each (row, head)'s chunk states, its sequence's chunks only, into out and lse
+ *                     (merge.cuh's fdec_merge_heads, the sink included; fdec_batch_merge_small, in one round trip, for
+ *                     up to FDEC_MERGE_SMALL_MAX chunks).
  *
  * Positions are found by kv.h's address rule (fdec_kv_offset over the sequence's layout), a token's range by
  * fdec_tok_pos / fdec_tok_lo, the logits by fdec_logit2: the same rules as every other kernel. */
@@ -40,6 +42,7 @@ struct fdec_batch_params {
     fdec_kv_layout kv;                 /* ps, hs, ss (contiguous), ring, page_size, page_stride; pages: the table */
     uint32_t max_pages, num_pages;
     fdec_batch_seq_info *info;         /* [B + 1] */
+    uint32_t *row_chunks;              /* [rows]: the chunks a row's sequence fills (fdec_batch_chunks) */
     float *part_m, *part_l, *part_o;   /* [rows_max * H][nc], likewise, [rows_max * H][nc][D] */
     uint32_t B, max_seq_len, max_q_len;
     uint32_t D, H, G, R, window;
@@ -49,6 +52,15 @@ struct fdec_batch_params {
     fdec_logits logits;
     fdec_kv_scales sc; /* fp8 caches' scales (kv.h) */
 };
+
+/* The chunks of sequence si that hold states: chunk c is positions [lo + c chunk_len, ..) of its attended range
+ * [lo, n), and the chunks past its end are neither computed nor merged, so that a sequence costs blocks and merge
+ * loads by its own length, not by the batch's bound. A sequence the check kernel refused has one, its NaN state. */
+__device__ __forceinline__ uint32_t fdec_batch_chunks(const fdec_batch_params &p, const fdec_batch_seq_info &si) {
+    if (!si.ok) return 1;
+    const uint64_t lo = fdec_tok_lo(fdec_tok_pos(si.n - 1, si.nq, 0), p.window); /* <= n - 1 */
+    return (uint32_t)((si.n - lo + p.chunk_len - 1) / p.chunk_len);
+}
 
 /* The work of a tensor-core block of a batch (mma.cuh's fdec_mma_work): block (KV head g and head tile, chunk,
  * sequence b), its rows the tile's rb of the sequence's nq * R (token-major: row r is token r / R, query head
@@ -72,6 +84,7 @@ struct fdec_mma_work<fdec_batch_params> {
         hi_ = si.ok ? si.n : 0;
     }
     __device__ bool bad() const { return !si.ok; }
+    __device__ bool skip() const { return chunk >= fdec_batch_chunks(p, si); }
     __device__ uint64_t lo() const { return lo_; }
     __device__ uint64_t hi() const { return hi_; }
     __device__ size_t ps() const { return kv.ps; }
@@ -106,18 +119,30 @@ __global__ void __launch_bounds__(FDEC_BATCH_CHECK_THREADS) fdec_batch_check(con
     const uint32_t n = p.seq_lens[b], nq = p.q_lens ? p.q_lens[b] : 1;
     const bool ok = n >= 1 && n <= p.max_seq_len && nq >= 1 && nq <= p.max_q_len && nq <= n;
     if (ok && p.kv.page_size) { /* the pages of [lo of the first token, n): every id a page of the pool */
-        const uint64_t lo = fdec_tok_lo(fdec_tok_pos(n - 1, nq, 0), p.window);
+        const uint64_t lo = fdec_tok_lo(fdec_tok_pos(n - 1, nq, 0), p.window), last = (n - 1) / p.kv.page_size;
         const int32_t *row = p.kv.pages + (size_t)b * p.max_pages;
-        for (uint64_t pg = lo / p.kv.page_size + threadIdx.x; pg <= (n - 1) / p.kv.page_size; pg += blockDim.x)
-            if (row[pg] < 0 || (uint32_t)row[pg] >= p.num_pages) s_bad = 1;
+        bool bad = false;
+        /* U ids a thread a round trip, every load issued before any is used (an id past the last reads the last) */
+        constexpr int U = 8;
+        for (uint64_t pg = lo / p.kv.page_size + threadIdx.x; pg <= last; pg += U * blockDim.x) {
+            int32_t id[U];
+#pragma unroll
+            for (int j = 0; j < U; j++) id[j] = __ldg(row + min(pg + (uint64_t)j * blockDim.x, last));
+#pragma unroll
+            for (int j = 0; j < U; j++) bad |= id[j] < 0 || (uint32_t)id[j] >= p.num_pages;
+        }
+        if (bad) s_bad = 1;
     }
     __syncthreads();
+    uint32_t row0 = 0;
+    for (int w = 0; w < FDEC_BATCH_CHECK_THREADS / 32; w++) row0 += s_rows[w];
+    const fdec_batch_seq_info si = {row0, n, rows_of(b), ok && !s_bad};
     if (threadIdx.x == 0) {
-        uint32_t row0 = 0;
-        for (int w = 0; w < FDEC_BATCH_CHECK_THREADS / 32; w++) row0 += s_rows[w];
-        p.info[b] = {row0, n, rows_of(b), ok && !s_bad};
-        if (b == p.B - 1) p.info[p.B] = {row0 + rows_of(b), 0, 0, 0};
+        p.info[b] = si;
+        if (b == p.B - 1) p.info[p.B] = {row0 + si.nq, 0, 0, 0};
     }
+    const uint32_t chunks = fdec_batch_chunks(p, si);
+    for (uint32_t i = threadIdx.x; i < si.nq; i += blockDim.x) p.row_chunks[row0 + i] = chunks;
 }
 
 /* Block (KV head g and head tile, chunk, sequence b). The rows of the tile are rows tile * RT .. of the sequence's
@@ -142,7 +167,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_BATCH_BLOCKS_PER_SM
     fdec_grid_wait();
     const fdec_batch_seq_info si = p.info[b];
     const int nrows = (int)(si.nq * p.R) - (int)(tile * RT), nh = min(RT, nrows); /* this tile's rows */
-    if (nh <= 0) return;
+    if (nh <= 0 || chunk >= fdec_batch_chunks(p, si)) return;
 
     /* row r of the tile: its token, query head, position, first attended position, and state index */
     uint32_t head[RT];
@@ -160,7 +185,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_BATCH_BLOCKS_PER_SM
     const uint64_t first = si.ok ? fdec_tok_lo(fdec_tok_pos(si.n - 1, si.nq, 0), p.window) : 0,
                    c0 = first + (uint64_t)chunk * p.chunk_len,
                    c1 = si.ok ? min(c0 + p.chunk_len, (uint64_t)si.n) : 0;
-    if (c0 >= c1) { /* nothing here (past the sequence's end, or a bad sequence): an empty state, NaN where bad */
+    if (c0 >= c1) { /* a bad sequence's chunk 0: a NaN state */
         for (int i = threadIdx.x; i < nh * Dr; i += blockDim.x) p.part_o[st[i / Dr] * Dr + i % Dr] = 0.f;
         if (threadIdx.x < nh) {
             p.part_m[st[threadIdx.x]] = si.ok ? -INFINITY : NAN;
@@ -328,11 +353,25 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_batch_merge(const fde
     extern __shared__ float msm[]; /* [nc] weights, 3, [FDEC_MERGE_THREADS] partial sums */
     const uint32_t idx = blockIdx.x;
     if (idx >= (size_t)p.info[p.B].row0 * p.H) return;
+    const uint32_t n = p.row_chunks[idx / p.H]; /* the states of the row's sequence, of p.nc a row */
     fdec_batch_src src;
     src.m = p.part_m, src.l = p.part_l, src.o = p.part_o, src.n = p.nc, src.D = p.D, src.h0 = idx, src.d0 = 0;
     src.logits = &p.logits, src.H = p.H;
-    fdec_merge_heads<true>(src, 1, p.nc, (int)p.D, msm, msm + p.nc, msm + p.nc + 3, p.out, (size_t)idx * p.D, p.ot,
+    fdec_merge_heads<true>(src, 1, n, (int)p.D, msm, msm + p.nc, msm + p.nc + 3, p.out, (size_t)idx * p.D, p.ot,
                            p.lse ? p.lse + idx : NULL);
+}
+
+/* Block (row, head), slice of the dimensions: fdec_batch_merge's work where a row has at most C chunks, in one round
+ * trip (merge.cuh's fdec_merge_small; the same bits). */
+template <int C>
+__global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_batch_merge_small(const fdec_batch_params p) {
+    fdec_merge_trigger<C>();
+    fdec_grid_wait();
+    const uint32_t idx = blockIdx.x;
+    if (idx >= (size_t)p.info[p.B].row0 * p.H) return;
+    fdec_merge_small<C>(p.part_m, p.part_l, p.part_o, (size_t)idx * p.nc, p.row_chunks[idx / p.H], p.D,
+                        fdec_logit_sink(&p.logits, idx % p.H), p.out, (size_t)idx * p.D, p.ot,
+                        p.lse ? p.lse + idx : NULL);
 }
 
 /* ---- fdec_kv_write: token i's K and V rows ([num_tokens][G][D] of the source type) into slot slots[i] ---- */

@@ -582,10 +582,11 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
     return bl;
 }
 
-/* Scratch of a batch: every (row, head)'s chunk states, then num_seqs + 1 sequence records (batch.cuh). */
+/* Scratch of a batch: every (row, head)'s chunk states, then num_seqs + 1 sequence records and a row's chunk count
+ * (batch.cuh). */
 static size_t batch_floats(const fdec_batch_problem *bp, const batch_plan *bl) {
     return (size_t)bl->rows * bp->p.H * bl->split.num_chunks * (2 + (size_t)bp->p.D) +
-           (bp->b->num_seqs + 1) * (sizeof(fdec_batch_seq_info) / sizeof(float));
+           (bp->b->num_seqs + 1) * (sizeof(fdec_batch_seq_info) / sizeof(float)) + bl->rows;
 }
 
 static fdec_status cuda_reserve_batch(void *impl, const fdec_batch_problem *bp) {
@@ -623,6 +624,7 @@ static fdec_status cuda_decode_batch(void *impl, const fdec_batch_problem *bp, c
     prm.part_m = prm.part_o + states * p->D;
     prm.part_l = prm.part_m + states;
     prm.info = reinterpret_cast<fdec_batch_seq_info *>(prm.part_l + states);
+    prm.row_chunks = reinterpret_cast<uint32_t *>(prm.info + b->num_seqs + 1);
     prm.B = b->num_seqs, prm.max_seq_len = b->max_seq_len, prm.max_q_len = p->nq;
     prm.D = p->D, prm.H = p->H, prm.G = p->G, prm.R = p->R, prm.window = p->window;
     prm.nc = nc, prm.chunk_len = bl.split.chunk_len, prm.tiles = bl.tiles;
@@ -646,11 +648,16 @@ static fdec_status cuda_decode_batch(void *impl, const fdec_batch_problem *bp, c
     cfg.blockDim = dim3(bl.threads, 1, 1);
     cfg.dynamicSmemBytes = bl.smem;
     if ((e = cudaLaunchKernelEx(&cfg, bl.fn, prm)) != cudaSuccess) return cuda_err(e, "the batch kernel launch");
-    cfg.gridDim = dim3((unsigned)((size_t)bl.rows * p->H), 1, 1);
+    /* the merge: a block per (row, head), and per slice of FDEC_MERGE_THREADS dimensions up to 64 chunks */
+    void (*merge)(const fdec_batch_params) = nc <= 16                     ? fdec_batch_merge_small<16>
+                                             : nc <= 32                   ? fdec_batch_merge_small<32>
+                                             : nc <= FDEC_MERGE_SMALL_MAX ? fdec_batch_merge_small<64>
+                                                                          : fdec_batch_merge;
+    const bool small = nc <= FDEC_MERGE_SMALL_MAX;
+    cfg.gridDim = dim3((unsigned)((size_t)bl.rows * p->H), small ? (p->D + FDEC_MERGE_THREADS - 1) / FDEC_MERGE_THREADS : 1, 1);
     cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
-    if ((e = cudaLaunchKernelEx(&cfg, fdec_batch_merge, prm)) != cudaSuccess)
-        return cuda_err(e, "the batch merge launch");
+    cfg.dynamicSmemBytes = small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
+    if ((e = cudaLaunchKernelEx(&cfg, merge, prm)) != cudaSuccess) return cuda_err(e, "the batch merge launch");
     return FDEC_OK;
 }
 

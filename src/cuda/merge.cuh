@@ -234,36 +234,34 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(co
                      p.lse && blockIdx.y == 0 ? p.lse + h : NULL);
 }
 
-/* The merge of a decode's chunk states when there are at most C of them (16, 32 or 64: every preset's merge but the
- * Gemma 4 full layer's at long contexts): block (head, slice of FDEC_MERGE_THREADS dimensions), a thread per
- * dimension. Every load of a thread (m and l of chunks lane + 32 j, o of every chunk at its dimension) goes out before
- * any is used: one L2 round trip, where fdec_merge_heads takes two with a block barrier between them. Each warp
- * computes the weights itself and passes them around by shuffles: no shared memory. The sums are those of
- * fdec_merge_heads in the same order (same bits), and a row is NaN under the same rule. Every load is
- * unconditional: a state or dimension past the last loads the last one (always in bounds) and a select after the load
- * drops it, so that no branch stands between the loads (a load in its own branch, as `c < n ? load : 0` compiles,
- * waits for the one before it). */
-#define FDEC_MERGE_SMALL_MAX 64 /* chunks it merges at most: fdec_chunk_merge_small<64> */
+/* The merge of at most C chunk states (16, 32 or 64: every preset's merge but the Gemma 4 full layer's at long
+ * contexts) of one state row, states [s0, s0 + n) of the scratch's part_m and part_l (o: [.][D]), into out[out0 ..]
+ * (dtype ot) and *lse: block (row, slice of FDEC_MERGE_THREADS dimensions), a thread per dimension. Every load of a
+ * thread (m and l of chunks lane + 32 j, o of every chunk at its dimension) goes out before any is used: one L2 round
+ * trip, where fdec_merge_heads takes two with a block barrier between them. Each warp computes the weights itself and
+ * passes them around by shuffles: no shared memory. The sums are those of fdec_merge_heads in the same order (same
+ * bits), and a row is NaN under the same rule. Every load is unconditional: a state or dimension past the last loads
+ * the last one (always in bounds) and a select after the load drops it, so that no branch stands between the loads (a
+ * load in its own branch, as `c < n ? load : 0` compiles, waits for the one before it). */
+#define FDEC_MERGE_SMALL_MAX 64 /* chunks it merges at most: fdec_merge_small<64> */
 template <int C>
-__global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(const fdec_cuda_params p) {
-    fdec_merge_trigger<C>();
-    fdec_grid_wait();
+__device__ __forceinline__ void fdec_merge_small(const float *part_m, const float *part_l, const float *part_o,
+                                                 size_t s0, uint32_t n, uint32_t D, float sink, void *out, size_t out0,
+                                                 int ot, float *lse) {
     constexpr int J = (C + 31) / 32;
-    const uint32_t h = blockIdx.x, n = p.nc;
     const int lane = threadIdx.x & 31;
     const uint32_t d = blockIdx.y * FDEC_MERGE_THREADS + threadIdx.x;
-    const bool act = d < p.D;
-    const size_t hn = (size_t)h * n;
+    const bool act = d < D;
     float mr[J], lr[J], x[C];
-    const uint32_t last = n - 1, dd = act ? d : p.D - 1; /* n >= 1 */
+    const uint32_t last = n - 1, dd = act ? d : D - 1; /* n >= 1 */
 #pragma unroll
     for (int j = 0; j < J; j++) {
         const uint32_t c = lane + 32 * j;
-        mr[j] = __ldcg(p.part_m + hn + min(c, last));
-        lr[j] = __ldcg(p.part_l + hn + min(c, last));
+        mr[j] = __ldcg(part_m + s0 + min(c, last));
+        lr[j] = __ldcg(part_l + s0 + min(c, last));
     }
 #pragma unroll
-    for (int c = 0; c < C; c++) x[c] = __ldcg(p.part_o + (hn + min((uint32_t)c, last)) * p.D + dd);
+    for (int c = 0; c < C; c++) x[c] = __ldcg(part_o + (s0 + min((uint32_t)c, last)) * D + dd);
 #pragma unroll
     for (int j = 0; j < J; j++) { /* the states past the last: weight 0 */
         const bool in = lane + 32 * j < n;
@@ -272,7 +270,7 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(con
     }
     float w[J], M, L;
     fdec_warp_weights(mr, lr, w, M, L);
-    const float f = fdec_state_sink(&M, &L, fdec_logit_sink(&p.logits, h)); /* the sink's share (none: f = 1) */
+    const float f = fdec_state_sink(&M, &L, sink); /* the sink's share (none: f = 1) */
 #pragma unroll
     for (int j = 0; j < J; j++) w[j] *= f;
     float O = 0.f;
@@ -284,9 +282,18 @@ __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(con
     const bool empty = L == 0.f && M == -INFINITY;
     const float y = empty ? 0.f : O / L;
     const bool bad = __syncthreads_or(act && !isfinite(y)) || (!isfinite(M) && M != -INFINITY);
-    if (act) fdec_store_any(p.out, (size_t)h * p.D + d, p.ot, bad ? NAN : y);
-    if (p.lse && blockIdx.y == 0 && threadIdx.x == 0)
-        p.lse[h] = bad ? NAN : empty ? -INFINITY : fdec_state_lse(M, L);
+    if (act) fdec_store_any(out, out0 + d, ot, bad ? NAN : y);
+    if (lse && blockIdx.y == 0 && threadIdx.x == 0) *lse = bad ? NAN : empty ? -INFINITY : fdec_state_lse(M, L);
+}
+
+/* A decode's chunks merged when there are at most C of them: block (head, slice of the dimensions). */
+template <int C>
+__global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_small(const fdec_cuda_params p) {
+    fdec_merge_trigger<C>();
+    fdec_grid_wait();
+    const uint32_t h = blockIdx.x;
+    fdec_merge_small<C>(p.part_m, p.part_l, p.part_o, (size_t)h * p.nc, p.nc, p.D, fdec_logit_sink(&p.logits, h),
+                        p.out, (size_t)h * p.D, p.ot, p.lse ? p.lse + h : NULL);
 }
 
 /* fdec_merge on the device: up to FDEC_CUDA_MERGE_MAX (out_i, lse_i) pairs per launch, a block per tile of 8

@@ -23,8 +23,9 @@
  * 16-byte piece, so ldmatrix and cp.async meet no bank conflicts); NSTAGE stages are in flight. At D <= 128 with one
  * tile each warp copies and waits for its own rows, with no block barrier in the loop (from a contiguous cache a
  * warp's rows are every fourth position of the step); otherwise the whole block copies the step and waits for it. At
- * D = 64 and 128 (and 512 for long chunks: the STR instance) a block's steps are every nc-th of the attended range,
- * elsewhere one contiguous chunk, so that the blocks of a KV head read one range together. After the loop each
+ * D = 64 and 128 (and 512 for long chunks: the STR instance) a single call's block takes every nc-th step of the
+ * attended range, so that the blocks of a KV head read one range together; elsewhere, and in a batch (where a sequence
+ * shorter than the batch's bound then fills fewer chunks: fewer blocks and states), one contiguous chunk. After the loop each
  * position group is one partial state, and the block's tail (merge.cuh, fdec_block_tail) merges them and writes the
  * chunk state; the merge kernel merges the chunks. The tuned numbers are in docs/TUNING.md.
  *
@@ -113,6 +114,7 @@ struct fdec_mma_work<fdec_cuda_params> {
         : p(p_), g(blockIdx.z), chunk(blockIdx.y), h0(blockIdx.z * p_.R + blockIdx.x * rb),
           nh(min(rb, (int)(p_.R - blockIdx.x * rb))) {}
     __device__ bool bad() const { return false; }
+    __device__ bool skip() const { return false; } /* a chunk with no state to write */
     __device__ uint64_t lo() const { return p.lo; }
     __device__ uint64_t hi() const { return p.hi; }
     __device__ size_t ps() const { return p.ps; }
@@ -310,7 +312,7 @@ __global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32,
     const uint32_t chunk = w.chunk;
     const int nh = w.nh;
     if constexpr (W::OWN_RANGES)
-        if (nh <= 0) return; /* a head tile past a sequence's rows */
+        if (nh <= 0 || w.skip()) return; /* a head tile past a sequence's rows, a chunk past its positions */
 
     float m = -INFINITY, l = 0.f; /* state of head gq (base 2; l in units of PSCALE), per lane: l is partial */
     float lb = 0.f;               /* l's block (FDEC_MMA_SUM_STEPS) */
@@ -320,7 +322,7 @@ __global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32,
 
     /* the chunk's steps: positions [c0, c1) in steps of NP, or strided: every nc-th step of [lo, hi) from step
      * `chunk` on (c0 = lo, c1 = hi) */
-    constexpr bool STRIDED = D == 128 || D == 64 || STR;
+    constexpr bool STRIDED = ((D == 128 || D == 64) && !W::OWN_RANGES) || STR;
     /* in 64 bits: the last chunk's end may lie past 2^32 */
     const uint64_t c0 = STRIDED ? w.lo() : w.lo() + (uint64_t)chunk * p.chunk_len,
                    c1 = STRIDED || c0 + p.chunk_len >= w.hi() ? w.hi() : c0 + p.chunk_len;

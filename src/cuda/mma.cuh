@@ -64,10 +64,14 @@ struct fdec_mma_shape {
     /* a warp's share of a step is 16 positions (2 score tiles: the registers allow no more beside o and q), so a
      * stage holds 16 WP positions; the ring is 64 KiB at head_dim 64 (one block an SM for 16-bit caches), else 96 KiB
      * (two blocks fill an SM's 228 KiB): 4 stages of 16 KiB and 3 of 32 KiB with one tile a block */
+    /* several tiles at head_dim 128 (a batch's sequence of several tokens): a 64 KiB ring and three blocks an SM, as
+     * their warps wait on the latency of twice the MMAs a position and more warps hide it */
+    static constexpr bool THREE = NG > 1 && D == 128, FOUR = NG > 1 && D == 64;
+    static constexpr int BLOCKS = NW > FDEC_CUDA_WARPS ? 1 : THREE ? 3 : FOUR ? 4 : FDEC_CUDA_BLOCKS_PER_SM; /* launch bounds */
     static constexpr int PW = 16;                                   /* positions per warp per stage */
     static constexpr int NP = PW * WP;                              /* positions per stage: 64, 64, 32, 16 (1 tile) */
     static constexpr int STAGE_BYTES = NP * 4 * D;                  /* K and V rows of 16 bits */
-    static constexpr int RING_BYTES = D == 64 ? 65536 : 98304;
+    static constexpr int RING_BYTES = FOUR ? 49152 : D == 64 || THREE ? 65536 : 98304;
     static constexpr int NT = PW / 8;                               /* score tiles (8 positions) per warp */
     static constexpr int KS = DW / 16;                              /* k-steps of Q K^T per warp */
     static constexpr int OT = DW / 8;                               /* output tiles (8 dimensions) per warp */
@@ -289,8 +293,7 @@ __device__ __forceinline__ int fdec_mma_dim(int j, int e, int cq) {
  * NG tiles of 8 rows a block (a batch's sequences of several tokens): the warps of tile tg = warp / (WP WD) compute its
  * rows from the same staged K/V as the other tiles', so that a step's rows are read from memory once for all. */
 template <typename KT, int D, bool STR = false, typename P = fdec_cuda_params, int NG = 1>
-__global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32,
-                                  fdec_mma_shape<D, sizeof(KT), NG>::NW > FDEC_CUDA_WARPS ? 1 : FDEC_CUDA_BLOCKS_PER_SM)
+__global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32, fdec_mma_shape<D, sizeof(KT), NG>::BLOCKS)
     fdec_mma_kernel(const P p) {
     using MT = typename fdec_mma_elem<KT>::type; /* the MMA's type */
     using S = fdec_mma_shape<D, (int)sizeof(KT), NG>;

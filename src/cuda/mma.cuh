@@ -63,11 +63,11 @@ struct fdec_mma_shape {
     static constexpr int RB = 8 * NG;                               /* rows a block */
     /* a warp's share of a step is 16 positions (2 score tiles: the registers allow no more beside o and q), so a
      * stage holds 16 WP positions; the ring is 64 KiB at head_dim 64 (one block an SM for 16-bit caches), else 96 KiB
-     * (two blocks fill an SM's 228 KiB): 4 stages of 16 KiB and 3 of 32 KiB with one tile a block */
-    /* several tiles at head_dim 128 (a batch's sequence of several tokens): a 64 KiB ring and three blocks an SM, as
-     * their warps wait on the latency of twice the MMAs a position and more warps hide it */
+     * (two blocks fill an SM's 228 KiB): 4 stages of 16 KiB and 3 of 32 KiB with one tile a block. Several tiles (a
+     * batch's sequence of several tokens) at head_dim 128 take 64 KiB and three blocks an SM (THREE), at 64 48 KiB and
+     * four (FOUR): their warps wait on the latency of several tiles' MMAs a position, and more warps hide it. */
     static constexpr bool THREE = NG > 1 && D == 128, FOUR = NG > 1 && D == 64;
-    static constexpr int BLOCKS = NW > FDEC_CUDA_WARPS ? 1 : THREE ? 3 : FOUR ? 4 : FDEC_CUDA_BLOCKS_PER_SM; /* launch bounds */
+    static constexpr int BLOCKS = NW > FDEC_CUDA_WARPS ? 1 : THREE ? 3 : FOUR ? 4 : FDEC_CUDA_BLOCKS_PER_SM; /* an SM */
     static constexpr int PW = 16;                                   /* positions per warp per stage */
     static constexpr int NP = PW * WP;                              /* positions per stage: 64, 64, 32, 16 (1 tile) */
     static constexpr int STAGE_BYTES = NP * 4 * D;                  /* K and V rows of 16 bits */

@@ -152,9 +152,9 @@ typedef struct {
     uint32_t num_chunks;   /* split-KV chunks, merged by log-sum-exp */
     uint32_t chunk_len;    /* positions per chunk (the last may be shorter); on the CPU, where a call has more chunks
                             * than threads, the last chunk of each thread's share is cut into shorter ones, counted in
-                            * num_chunks; the CUDA tensor-core kernel at head_dim 128, and at 512 where chunk_len is
-                            * 1024 or more, gives a chunk every num_chunks-th step of the range instead of one
-                            * contiguous run, about as many positions */
+                            * num_chunks; in a single call the CUDA tensor-core kernel at head_dim 64 and 128, and at
+                            * 512 where chunk_len is 1024 or more, gives a chunk every num_chunks-th step of the range
+                            * instead of one contiguous run, about as many positions */
     int grouped;           /* 1: each work item owns a KV head and all its Q heads (K/V read once) */
     size_t scratch_bytes;  /* scratch the context needs for this shape */
     const char *path;      /* kernel path: "scalar", "avx2", "avx512", "neon", "cuda-mma", "cuda-vec16",
@@ -244,7 +244,8 @@ typedef struct {
 FDEC_API fdec_status fdec_decode_batch(fdec_context *ctx, const fdec_layer *layer, const fdec_batch *batch,
                                        const void *q, const void *k, const void *v, void *out, float *lse);
 
-/* The split a sequence of max_seq_len positions and max_q_len tokens of this batch would use. */
+/* The split a sequence of max_seq_len positions and max_q_len tokens of this batch would use (a shorter sequence
+ * takes the first of its chunks), and the scratch the whole batch needs. */
 FDEC_API fdec_status fdec_plan_batch(fdec_context *ctx, const fdec_layer *layer, const fdec_batch *batch,
                                      fdec_plan_info *info);
 

@@ -495,7 +495,7 @@ fdec_status fdec_plan_batch(fdec_context *c, const fdec_layer *layer, const fdec
     fdec_batch_problem bp;
     if ((st = batch_init(c, layer, batch, &bp))) return leave(c, st);
     memset(info, 0, sizeof *info);
-    return leave(c, c->ops->plan(c->impl, &bp.p, info));
+    return leave(c, c->ops->plan_batch ? c->ops->plan_batch(c->impl, &bp, info) : c->ops->plan(c->impl, &bp.p, info));
 }
 
 fdec_status fdec_context_reserve_batch(fdec_context *c, const fdec_layer *layer, const fdec_batch *batch) {

@@ -69,6 +69,9 @@ typedef struct fdec_backend_ops {
     /* fdec_kv_write, arguments checked; p is the layer's problem with the cache's page geometry in p->kv */
     fdec_status (*kv_write)(void *impl, const fdec_problem *p, const fdec_kv_slots *s, const void *k_src,
                             const void *v_src, void *k, void *v);
+    /* fdec_plan_batch where a batch is not planned as its largest sequence's call (CUDA: a batch's own split and
+     * scratch); NULL: plan(bp->p) */
+    fdec_status (*plan_batch)(void *impl, const fdec_batch_problem *bp, fdec_plan_info *info);
 } fdec_backend_ops;
 
 /* api.c: records this thread's error message; returns `st` for tail calls. Exported (FDEC_API), with

@@ -105,6 +105,16 @@ static double batch_check(fdec_context *ctx, const char *who, fd_batch_case *c, 
     for (size_t i = 0; i < GUARD; i++)
         guards &= out[i] == 0xa5 && out[GUARD + ob + i] == 0xa5 && lse[i] == 0xa5 && lse[GUARD + lb + i] == 0xa5;
     check(guards, "%s: batch %s: wrote outside out or lse", who, desc);
+    /* the plan: chunks that cover the longest sequence's range, and on CUDA scratch for every row's chunk states */
+    fdec_plan_info pi;
+    memset(&pi, 0, sizeof pi);
+    const int planned = fdec_plan_batch(ctx, L, &c->b, &pi) == FDEC_OK;
+    const uint64_t states = (uint64_t)c->b.num_seqs * c->b.max_q_len * H * (planned ? pi.num_chunks : 0);
+    check(planned && pi.kv_end == c->b.max_seq_len && pi.kv_start < pi.kv_end && pi.num_chunks >= 1 && pi.path &&
+              (uint64_t)pi.num_chunks * pi.chunk_len >= pi.kv_end - pi.kv_start && pi.scratch_bytes > 0 &&
+              (!g_cuda || pi.scratch_bytes >= states * (2 + D) * sizeof(float)),
+          "%s: batch %s: plan %s: %u..%u, %u chunks of %u, %zu bytes of scratch", who, desc,
+          planned ? "" : fdec_last_error(), pi.kv_start, pi.kv_end, pi.num_chunks, pi.chunk_len, pi.scratch_bytes);
     size_t row = 0;
     for (uint32_t i = 0; i < c->b.num_seqs; i++) {
         const uint32_t nq = c->q_lens[i];

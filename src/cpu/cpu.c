@@ -498,8 +498,9 @@ static void cpu_destroy(void *impl) {
     free(c);
 }
 
-static const fdec_backend_ops cpu_ops = {cpu_destroy, cpu_reserve,      cpu_decode, cpu_plan,    NULL,
-                                         cpu_merge,   cpu_decode_batch, NULL,       cpu_kv_write};
+/* a batch's sequences are calls of their own: its plan is its largest sequence's (plan_batch NULL) */
+static const fdec_backend_ops cpu_ops = {cpu_destroy, cpu_reserve,      cpu_decode, cpu_plan,     NULL,
+                                         cpu_merge,   cpu_decode_batch, NULL,       cpu_kv_write, NULL};
 
 float fdec_cpu_f16_table[1 << 16];
 static pthread_once_t f16_table_once = PTHREAD_ONCE_INIT;

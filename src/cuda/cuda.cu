@@ -547,6 +547,7 @@ typedef struct {
     uint32_t tiles, rows; /* head tiles a KV head; rows the scratch holds (num_seqs x max_q_len) */
     size_t smem;
     fdec_split split;     /* of the longest attended range the batch's bounds allow */
+    const char *path;     /* fdec_plan_info's */
 } batch_plan;
 
 /* A batch's plan: the kernel by the shape and alignment (kaddr, vaddr: the caches; 0 for a reserve) as a single
@@ -579,6 +580,7 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
     const uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk - 1) / per_chunk;
     bl.split = fdec_make_split(p, lanes, c->min_chunk == MIN_CHUNK ? FDEC_BATCH_MIN_CHUNK : c->min_chunk, MAX_CHUNKS);
     bl.smem = mma ? mb.smem : fdec_batch_smem(bl.rt, p->D);
+    bl.path = mma ? "cuda-mma" : fast ? "cuda-vec16" : "cuda-generic";
     return bl;
 }
 
@@ -587,6 +589,19 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
 static size_t batch_floats(const fdec_batch_problem *bp, const batch_plan *bl) {
     return (size_t)bl->rows * bp->p.H * bl->split.num_chunks * (2 + (size_t)bp->p.D) +
            (bp->b->num_seqs + 1) * (sizeof(fdec_batch_seq_info) / sizeof(float)) + bl->rows;
+}
+
+/* fdec_plan_batch: the batch's own split (its largest sequence's chunks) and the scratch of all its sequences */
+static fdec_status cuda_plan_batch(void *impl, const fdec_batch_problem *bp, fdec_plan_info *info) {
+    const batch_plan bl = make_batch_plan((const cuda_impl *)impl, bp, 0, 0);
+    info->kv_start = bl.split.lo;
+    info->kv_end = bl.split.hi;
+    info->num_chunks = bl.split.num_chunks;
+    info->chunk_len = bl.split.chunk_len;
+    info->grouped = 1;
+    info->scratch_bytes = batch_floats(bp, &bl) * sizeof(float);
+    info->path = bl.path;
+    return FDEC_OK;
 }
 
 static fdec_status cuda_reserve_batch(void *impl, const fdec_batch_problem *bp) {
@@ -682,7 +697,7 @@ static fdec_status cuda_kv_write(void *impl, const fdec_problem *p, const fdec_k
 
 static const fdec_backend_ops cuda_ops = {cuda_destroy, cuda_reserve,      cuda_decode,        cuda_plan,
                                           cuda_check_ptr, cuda_merge,      cuda_decode_batch,  cuda_reserve_batch,
-                                          cuda_kv_write};
+                                          cuda_kv_write,  cuda_plan_batch};
 
 extern "C" fdec_status fdec_cuda_create(const fdec_options *o, const fdec_test_options *t, void **impl,
                                         const fdec_backend_ops **ops) {

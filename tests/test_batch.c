@@ -109,7 +109,7 @@ static double batch_check(fdec_context *ctx, const char *who, fd_batch_case *c, 
     fdec_plan_info pi;
     memset(&pi, 0, sizeof pi);
     const int planned = fdec_plan_batch(ctx, L, &c->b, &pi) == FDEC_OK;
-    const uint64_t states = (uint64_t)c->b.num_seqs * c->b.max_q_len * H * (planned ? pi.num_chunks : 0);
+    const uint64_t states = (uint64_t)c->b.num_seqs * c->b.max_q_len * H * pi.num_chunks;
     check(planned && pi.kv_end == c->b.max_seq_len && pi.kv_start < pi.kv_end && pi.num_chunks >= 1 && pi.path &&
               (uint64_t)pi.num_chunks * pi.chunk_len >= pi.kv_end - pi.kv_start && pi.scratch_bytes > 0 &&
               (!g_cuda || pi.scratch_bytes >= states * (2 + D) * sizeof(float)),

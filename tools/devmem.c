@@ -35,7 +35,9 @@ int fd_h2d(void *dst, const void *src, size_t n) {
     return cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess;
 }
 int fd_d2h(void *dst, const void *src, size_t n) { return cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost) != cudaSuccess; }
-int fd_dev_memset(void *p, int b, size_t n) { return cudaMemset(p, b, n) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess; }
+int fd_dev_memset(void *p, int b, size_t n) {
+    return cudaMemset(p, b, n) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess;
+}
 int fd_dev_sync(void) { return cudaDeviceSynchronize() != cudaSuccess; }
 int fd_dev_count(void) {
     int n = 0;

@@ -53,13 +53,16 @@ struct fdec_batch_params {
     fdec_kv_scales sc; /* fp8 caches' scales (kv.h) */
 };
 
+/* The first position a sequence of n positions and nq new tokens attends: its first token's window's (<= n - 1). */
+__device__ __forceinline__ uint64_t fdec_batch_first(const fdec_batch_params &p, uint32_t n, uint32_t nq) {
+    return fdec_tok_lo(fdec_tok_pos(n - 1, nq, 0), p.window);
+}
+
 /* The chunks of sequence si that hold states: chunk c is positions [lo + c chunk_len, ..) of its attended range
  * [lo, n), and the chunks past its end are neither computed nor merged, so that a sequence costs blocks and merge
  * loads by its own length, not by the batch's bound. A sequence the check kernel refused has one, its NaN state. */
 __device__ __forceinline__ uint32_t fdec_batch_chunks(const fdec_batch_params &p, const fdec_batch_seq_info &si) {
-    if (!si.ok) return 1;
-    const uint64_t lo = fdec_tok_lo(fdec_tok_pos(si.n - 1, si.nq, 0), p.window); /* <= n - 1 */
-    return (uint32_t)((si.n - lo + p.chunk_len - 1) / p.chunk_len);
+    return si.ok ? (uint32_t)((si.n - fdec_batch_first(p, si.n, si.nq) + p.chunk_len - 1) / p.chunk_len) : 1;
 }
 
 /* The work of a tensor-core block of a batch (mma.cuh's fdec_mma_work): block (KV head g and head tile, chunk,
@@ -80,7 +83,7 @@ struct fdec_mma_work<fdec_batch_params> {
           chunk(blockIdx.y), b(blockIdx.z) {
         nh = min(rb, (int)(si.nq * p.R) - (int)r0);
         kv.pages = kv.page_size ? p.kv.pages + (size_t)b * p.max_pages : NULL;
-        lo_ = si.ok ? fdec_tok_lo(fdec_tok_pos(si.n - 1, si.nq, 0), p.window) : 0;
+        lo_ = si.ok ? fdec_batch_first(p, si.n, si.nq) : 0;
         hi_ = si.ok ? si.n : 0;
     }
     __device__ bool bad() const { return !si.ok; }
@@ -119,7 +122,7 @@ __global__ void __launch_bounds__(FDEC_BATCH_CHECK_THREADS) fdec_batch_check(con
     const uint32_t n = p.seq_lens[b], nq = p.q_lens ? p.q_lens[b] : 1;
     const bool ok = n >= 1 && n <= p.max_seq_len && nq >= 1 && nq <= p.max_q_len && nq <= n;
     if (ok && p.kv.page_size) { /* the pages of [lo of the first token, n): every id a page of the pool */
-        const uint64_t lo = fdec_tok_lo(fdec_tok_pos(n - 1, nq, 0), p.window), last = (n - 1) / p.kv.page_size;
+        const uint64_t lo = fdec_batch_first(p, n, nq), last = (n - 1) / p.kv.page_size;
         const int32_t *row = p.kv.pages + (size_t)b * p.max_pages;
         bool bad = false;
         /* U ids a thread a round trip, every load issued before any is used (an id past the last reads the last) */
@@ -182,7 +185,7 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32, FDEC_BATCH_BLOCKS_PER_SM
         st[r] = ((size_t)(si.row0 + tok) * p.H + head[r]) * p.nc + chunk;
     }
     /* the chunk: [c0, c1) of the sequence's attended [lo of its first token, n) */
-    const uint64_t first = si.ok ? fdec_tok_lo(fdec_tok_pos(si.n - 1, si.nq, 0), p.window) : 0,
+    const uint64_t first = si.ok ? fdec_batch_first(p, si.n, si.nq) : 0,
                    c0 = first + (uint64_t)chunk * p.chunk_len,
                    c1 = si.ok ? min(c0 + p.chunk_len, (uint64_t)si.n) : 0;
     if (c0 >= c1) { /* a bad sequence's chunk 0: a NaN state */

@@ -374,6 +374,16 @@ static fdec_cuda_params call_params(const cuda_impl *c, const fdec_problem *p, c
     return prm;
 }
 
+/* The merge of nc chunk states: the one-round-trip kernel of 16, 32 or 64 states up to FDEC_MERGE_SMALL_MAX chunks,
+ * else `big` (a single call's and a batch's merges alike) */
+template <typename P>
+using merge_fn = void (*)(const P);
+template <typename P>
+static merge_fn<P> pick_merge(uint32_t nc, merge_fn<P> s16, merge_fn<P> s32, merge_fn<P> s64, merge_fn<P> big) {
+    static_assert(FDEC_MERGE_SMALL_MAX == 64, "the largest small merge is of 64 states");
+    return nc <= 16 ? s16 : nc <= 32 ? s32 : nc <= FDEC_MERGE_SMALL_MAX ? s64 : big;
+}
+
 static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
                                void *out, float *lse) {
     cuda_impl *c = (cuda_impl *)impl;
@@ -407,27 +417,31 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     cfg.gridDim = dim3(p->H, (p->D + slice - 1) / slice, 1);
     cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
     cfg.dynamicSmemBytes = small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
-    void (*merge)(const fdec_cuda_params) = small && nc <= 16             ? fdec_chunk_merge_small<16>
-                                            : small && nc <= 32           ? fdec_chunk_merge_small<32>
-                                            : small && nc <= 64           ? fdec_chunk_merge_small<64>
-                                            : nc > FDEC_MERGE_SPLIT_CHUNKS ? fdec_chunk_merge_kernel<true>
-                                                                           : fdec_chunk_merge_kernel<false>;
+    const merge_fn<fdec_cuda_params> merge =
+        pick_merge<fdec_cuda_params>(nc, fdec_chunk_merge_small<16>, fdec_chunk_merge_small<32>,
+                                     fdec_chunk_merge_small<64>,
+                                     nc > FDEC_MERGE_SPLIT_CHUNKS ? fdec_chunk_merge_kernel<true>
+                                                                  : fdec_chunk_merge_kernel<false>);
     if ((e = cudaLaunchKernelEx(&cfg, merge, prm)) != cudaSuccess)
         return cuda_err(e, "the merge kernel launch");
     return FDEC_OK;
 }
 
-static fdec_status cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
-    cuda_impl *c = (cuda_impl *)impl;
-    launch_plan lp = make_plan(c, p, 0, 0, 0);
-    info->kv_start = lp.split.lo;
-    info->kv_end = lp.split.hi;
-    info->num_chunks = lp.split.num_chunks;
-    info->chunk_len = lp.split.chunk_len;
+/* fdec_plan_info of a call's or a batch's split, scratch and kernel family */
+static fdec_status plan_info(fdec_plan_info *info, const fdec_split *s, size_t scratch_floats, int mma, int fast) {
+    info->kv_start = s->lo;
+    info->kv_end = s->hi;
+    info->num_chunks = s->num_chunks;
+    info->chunk_len = s->chunk_len;
     info->grouped = 1;
-    info->scratch_bytes = state_floats(p, lp.split.num_chunks) * sizeof(float);
-    info->path = lp.mma ? "cuda-mma" : lp.fast ? "cuda-vec16" : "cuda-generic";
+    info->scratch_bytes = scratch_floats * sizeof(float);
+    info->path = mma ? "cuda-mma" : fast ? "cuda-vec16" : "cuda-generic";
     return FDEC_OK;
+}
+
+static fdec_status cuda_plan(void *impl, const fdec_problem *p, fdec_plan_info *info) {
+    const launch_plan lp = make_plan((const cuda_impl *)impl, p, 0, 0, 0);
+    return plan_info(info, &lp.split, state_floats(p, lp.split.num_chunks), lp.mma, lp.fast);
 }
 
 static fdec_status check_one(const char *name, const void *ptr) {
@@ -547,7 +561,7 @@ typedef struct {
     uint32_t tiles, rows; /* head tiles a KV head; rows the scratch holds (num_seqs x max_q_len) */
     size_t smem;
     fdec_split split;     /* of the longest attended range the batch's bounds allow */
-    const char *path;     /* fdec_plan_info's */
+    int mma, fast;        /* the kernel family (fdec_plan_info's path) */
 } batch_plan;
 
 /* A batch's plan: the kernel by the shape and alignment (kaddr, vaddr: the caches; 0 for a reserve) as a single
@@ -580,7 +594,7 @@ static batch_plan make_batch_plan(const cuda_impl *c, const fdec_batch_problem *
     const uint32_t lanes = (uint32_t)(c->sms * FDEC_CUDA_BLOCKS_PER_SM + per_chunk - 1) / per_chunk;
     bl.split = fdec_make_split(p, lanes, c->min_chunk == MIN_CHUNK ? FDEC_BATCH_MIN_CHUNK : c->min_chunk, MAX_CHUNKS);
     bl.smem = mma ? mb.smem : fdec_batch_smem(bl.rt, p->D);
-    bl.path = mma ? "cuda-mma" : fast ? "cuda-vec16" : "cuda-generic";
+    bl.mma = mma, bl.fast = fast;
     return bl;
 }
 
@@ -594,14 +608,7 @@ static size_t batch_floats(const fdec_batch_problem *bp, const batch_plan *bl) {
 /* fdec_plan_batch: the batch's own split (its largest sequence's chunks) and the scratch of all its sequences */
 static fdec_status cuda_plan_batch(void *impl, const fdec_batch_problem *bp, fdec_plan_info *info) {
     const batch_plan bl = make_batch_plan((const cuda_impl *)impl, bp, 0, 0);
-    info->kv_start = bl.split.lo;
-    info->kv_end = bl.split.hi;
-    info->num_chunks = bl.split.num_chunks;
-    info->chunk_len = bl.split.chunk_len;
-    info->grouped = 1;
-    info->scratch_bytes = batch_floats(bp, &bl) * sizeof(float);
-    info->path = bl.path;
-    return FDEC_OK;
+    return plan_info(info, &bl.split, batch_floats(bp, &bl), bl.mma, bl.fast);
 }
 
 static fdec_status cuda_reserve_batch(void *impl, const fdec_batch_problem *bp) {
@@ -664,12 +671,12 @@ static fdec_status cuda_decode_batch(void *impl, const fdec_batch_problem *bp, c
     cfg.dynamicSmemBytes = bl.smem;
     if ((e = cudaLaunchKernelEx(&cfg, bl.fn, prm)) != cudaSuccess) return cuda_err(e, "the batch kernel launch");
     /* the merge: a block per (row, head), and per slice of FDEC_MERGE_THREADS dimensions up to 64 chunks */
-    void (*merge)(const fdec_batch_params) = nc <= 16                     ? fdec_batch_merge_small<16>
-                                             : nc <= 32                   ? fdec_batch_merge_small<32>
-                                             : nc <= FDEC_MERGE_SMALL_MAX ? fdec_batch_merge_small<64>
-                                                                          : fdec_batch_merge;
+    const merge_fn<fdec_batch_params> merge =
+        pick_merge<fdec_batch_params>(nc, fdec_batch_merge_small<16>, fdec_batch_merge_small<32>,
+                                      fdec_batch_merge_small<64>, fdec_batch_merge);
     const bool small = nc <= FDEC_MERGE_SMALL_MAX;
-    cfg.gridDim = dim3((unsigned)((size_t)bl.rows * p->H), small ? (p->D + FDEC_MERGE_THREADS - 1) / FDEC_MERGE_THREADS : 1, 1);
+    cfg.gridDim = dim3((unsigned)((size_t)bl.rows * p->H),
+                       small ? (p->D + FDEC_MERGE_THREADS - 1) / FDEC_MERGE_THREADS : 1, 1);
     cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
     cfg.dynamicSmemBytes = small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
     if ((e = cudaLaunchKernelEx(&cfg, merge, prm)) != cudaSuccess) return cuda_err(e, "the batch merge launch");

@@ -25,8 +25,9 @@
  * warp's rows are every fourth position of the step); otherwise the whole block copies the step and waits for it. At
  * D = 64 and 128 (and 512 for long chunks: the STR instance) a single call's block takes every nc-th step of the
  * attended range, so that the blocks of a KV head read one range together; elsewhere, and in a batch (where a sequence
- * shorter than the batch's bound then fills fewer chunks: fewer blocks and states), one contiguous chunk. After the loop each
- * position group is one partial state, and the block's tail (merge.cuh, fdec_block_tail) merges them and writes the
+ * shorter than the batch's bound then fills fewer chunks: fewer blocks and states), one contiguous chunk (a batch's
+ * blocks past a sequence's chunks return at once: its work's skip()). After the loop each position group is one
+ * partial state, and the block's tail (merge.cuh, fdec_block_tail) merges them and writes the
  * chunk state; the merge kernel merges the chunks. The tuned numbers are in docs/TUNING.md.
  *
  * fp8 caches (E4M3, E5M2) take the f16 MMA: both convert to f16 exactly. Their rows are staged as they are (a stage
@@ -118,7 +119,6 @@ struct fdec_mma_work<fdec_cuda_params> {
         : p(p_), g(blockIdx.z), chunk(blockIdx.y), h0(blockIdx.z * p_.R + blockIdx.x * rb),
           nh(min(rb, (int)(p_.R - blockIdx.x * rb))) {}
     __device__ bool bad() const { return false; }
-    __device__ bool skip() const { return false; } /* a chunk with no state to write */
     __device__ uint64_t lo() const { return p.lo; }
     __device__ uint64_t hi() const { return p.hi; }
     __device__ size_t ps() const { return p.ps; }

@@ -392,13 +392,14 @@ static fdec_status set_pages(fdec_problem *p, uint32_t ps, size_t kv_page_stride
     return FDEC_OK;
 }
 
-/* Checks a batch and its layer into *bp; where c takes host pointers, every length and page id too. */
-static fdec_status batch_init(const fdec_context *c, const fdec_layer *L, const fdec_batch *b,
+/* Checks a batch and its layer into *bp. With arrays, its arrays too: where c takes host pointers every length and
+ * page id, else that they are device memory. Without (a plan or a reserve), its bounds alone. */
+static fdec_status batch_init(const fdec_context *c, const fdec_layer *L, const fdec_batch *b, int arrays,
                               fdec_batch_problem *bp) {
     fdec_status st;
     if (!b) return fdec_set_error(FDEC_EINVAL, "batch must not be NULL");
     if (b->num_seqs < 1) return fdec_set_error(FDEC_EINVAL, "batch->num_seqs (0) must be at least 1");
-    if (!b->seq_lens) return fdec_set_error(FDEC_EINVAL, "batch->seq_lens must not be NULL");
+    if (arrays && !b->seq_lens) return fdec_set_error(FDEC_EINVAL, "batch->seq_lens must not be NULL");
     if (b->max_seq_len < 1) return fdec_set_error(FDEC_EINVAL, "batch->max_seq_len (0) must be at least 1");
     const uint32_t mq = b->max_q_len ? b->max_q_len : 1, ps = b->page_size;
     if (mq > FDEC_MAX_Q_LEN)
@@ -416,7 +417,8 @@ static fdec_status batch_init(const fdec_context *c, const fdec_layer *L, const 
     p->nq = mq < b->max_seq_len ? mq : b->max_seq_len;
     p->lo = (uint32_t)fdec_token_lo(p, 0);
     if (ps) {
-        if (!b->page_table) return fdec_set_error(FDEC_EINVAL, "batch->page_table must not be NULL (page_size %u)", ps);
+        if (arrays && !b->page_table)
+            return fdec_set_error(FDEC_EINVAL, "batch->page_table must not be NULL (page_size %u)", ps);
         const uint64_t need = ((uint64_t)b->max_seq_len + ps - 1) / ps;
         if (b->max_pages < need)
             return fdec_set_error(FDEC_EINVAL, "batch->max_pages (%u) is too narrow: max_seq_len %u needs %llu pages of "
@@ -434,6 +436,7 @@ static fdec_status batch_init(const fdec_context *c, const fdec_layer *L, const 
                                                "space", b->num_seqs, b->kv_seq_stride);
     }
     bp->b = b;
+    if (!arrays) return FDEC_OK;
     if (c->ops->check_ptr) /* device memory: the kernels check the values */
         return (st = c->ops->check_ptr(c->impl, "batch->seq_lens", b->seq_lens)) ||
                        (st = c->ops->check_ptr(c->impl, "batch->q_lens", b->q_lens)) ||
@@ -481,7 +484,7 @@ fdec_status fdec_decode_batch(fdec_context *c, const fdec_layer *layer, const fd
     fdec_status st = enter(c);
     if (st) return st;
     fdec_batch_problem bp;
-    if ((st = batch_init(c, layer, batch, &bp)) || (st = check_arrays(c, &bp.p))) return leave(c, st);
+    if ((st = batch_init(c, layer, batch, 1, &bp)) || (st = check_arrays(c, &bp.p))) return leave(c, st);
     if ((st = check_call_ptrs(c, &bp.p, q, k, v, out, lse))) return leave(c, st);
     if (!c->ops->decode_batch)
         return leave(c, fdec_set_error(FDEC_EUNSUPPORTED, "fdec_decode_batch is not available on this backend yet"));
@@ -493,7 +496,7 @@ fdec_status fdec_plan_batch(fdec_context *c, const fdec_layer *layer, const fdec
     if (st) return st;
     if (!info) return leave(c, fdec_set_error(FDEC_EINVAL, "info must not be NULL"));
     fdec_batch_problem bp;
-    if ((st = batch_init(c, layer, batch, &bp))) return leave(c, st);
+    if ((st = batch_init(c, layer, batch, 0, &bp))) return leave(c, st);
     memset(info, 0, sizeof *info);
     return leave(c, c->ops->plan_batch ? c->ops->plan_batch(c->impl, &bp, info) : c->ops->plan(c->impl, &bp.p, info));
 }
@@ -502,7 +505,7 @@ fdec_status fdec_context_reserve_batch(fdec_context *c, const fdec_layer *layer,
     fdec_status st = enter(c);
     if (st) return st;
     fdec_batch_problem bp;
-    if ((st = batch_init(c, layer, batch, &bp))) return leave(c, st);
+    if ((st = batch_init(c, layer, batch, 0, &bp))) return leave(c, st);
     return leave(c, c->ops->reserve_batch ? c->ops->reserve_batch(c->impl, &bp) : c->ops->reserve(c->impl, &bp.p));
 }
 

@@ -109,7 +109,8 @@ static double batch_check(fdec_context *ctx, const char *who, fd_batch_case *c, 
     fdec_plan_info pi;
     memset(&pi, 0, sizeof pi);
     const int planned = fdec_plan_batch(ctx, L, &c->b, &pi) == FDEC_OK;
-    const uint64_t states = (uint64_t)c->b.num_seqs * c->b.max_q_len * H * pi.num_chunks;
+    const uint32_t mq = c->b.max_q_len < c->b.max_seq_len ? c->b.max_q_len : c->b.max_seq_len; /* a row a token */
+    const uint64_t states = (uint64_t)c->b.num_seqs * mq * H * pi.num_chunks;
     check(planned && pi.kv_end == c->b.max_seq_len && pi.kv_start < pi.kv_end && pi.num_chunks >= 1 && pi.path &&
               (uint64_t)pi.num_chunks * pi.chunk_len >= pi.kv_end - pi.kv_start && pi.scratch_bytes > 0 &&
               (!g_cuda || pi.scratch_bytes >= states * (2 + D) * sizeof(float)),
@@ -245,8 +246,15 @@ void test_batch_bad(void) {
         check(st == FDEC_EINVAL && untouched && strstr(fdec_last_error(), c->want),
               "batch bad input '%s': status %d, message '%s' (want '%s'), out %s", c->what, (int)st, fdec_last_error(),
               c->want, untouched ? "untouched" : "WRITTEN");
+        /* a plan and a reserve read the bounds alone: they refuse bad bounds and take any arrays */
+        const int in_arrays = c->b.seq_lens != paged.seq_lens || c->b.q_lens != paged.q_lens ||
+                              c->b.page_table != paged.page_table;
         fdec_plan_info info;
-        check(fdec_plan_batch(ctx, &c->L, &c->b, &info) == FDEC_EINVAL, "plan_batch accepted '%s'", c->what);
+        const fdec_status want = in_arrays ? FDEC_OK : FDEC_EINVAL;
+        check(fdec_plan_batch(ctx, &c->L, &c->b, &info) == want, "plan_batch %s '%s'",
+              in_arrays ? "refused" : "accepted", c->what);
+        check(fdec_context_reserve_batch(ctx, &c->L, &c->b) == want, "reserve_batch %s '%s'",
+              in_arrays ? "refused" : "accepted", c->what);
     }
     /* the good batch runs, and a -1 entry outside the window is never read */
     memset(out, 0x5a, sizeof out);

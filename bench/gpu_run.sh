@@ -56,6 +56,8 @@ if has fp8; then # fp8 caches against f16 at 32k and 131k (#53's 0.6x and 3.5 TB
 fi
 if has peer; then
   PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_peer.py --json "$OUT/torch-peer.json" 2>&1 | tee "$OUT/torch-peer.log" || rc=1
+  # batches over pages of 16 against SDPA on the padded batch (#52's second peer)
+  PYTHONUNBUFFERED=1 timeout 300 python3 bench/torch_batch_peer.py 2>&1 | tee "$OUT/torch-batch-peer.log" || rc=1
 fi
 if has py; then # the Python package's tests, torch CUDA tensors included, against this build's library
   FLASHDEC_LIBRARY=$PWD/build/libflashdec.so PYTHONPATH=$PWD/python timeout 150 python3 -m pytest -q -rs tests/python \

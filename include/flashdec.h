@@ -246,12 +246,13 @@ FDEC_API fdec_status fdec_decode_batch(fdec_context *ctx, const fdec_layer *laye
 
 /* The split a sequence of max_seq_len positions and max_q_len tokens of this batch would use (a shorter sequence
  * takes the first of its chunks), and the scratch the whole batch needs. Reads the batch's bounds alone (num_seqs,
- * max_seq_len, max_q_len, page_size, max_pages, num_pages, strides): its arrays may be NULL or not yet filled. */
+ * max_seq_len, max_q_len, page_size, max_pages, num_pages, strides): its arrays must be given but are not read (on
+ * CUDA they may still be host memory, or not yet filled). */
 FDEC_API fdec_status fdec_plan_batch(fdec_context *ctx, const fdec_layer *layer, const fdec_batch *batch,
                                      fdec_plan_info *info);
 
 /* Reserves scratch for every batch of this layer within the batch's bounds (num_seqs, max_seq_len, max_q_len; its
- * arrays are not read, as for fdec_plan_batch). */
+ * arrays must be given but are not read, as for fdec_plan_batch). */
 FDEC_API fdec_status fdec_context_reserve_batch(fdec_context *ctx, const fdec_layer *layer, const fdec_batch *batch);
 
 /* Where fdec_kv_write puts new tokens' K/V rows: vLLM's slot mapping over a paged or a contiguous cache. */

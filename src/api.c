@@ -393,13 +393,13 @@ static fdec_status set_pages(fdec_problem *p, uint32_t ps, size_t kv_page_stride
 }
 
 /* Checks a batch and its layer into *bp. With arrays, its arrays too: where c takes host pointers every length and
- * page id, else that they are device memory. Without (a plan or a reserve), its bounds alone. */
+ * page id, else that they are device memory. Without (a plan or a reserve), its bounds, and that the arrays are given. */
 static fdec_status batch_init(const fdec_context *c, const fdec_layer *L, const fdec_batch *b, int arrays,
                               fdec_batch_problem *bp) {
     fdec_status st;
     if (!b) return fdec_set_error(FDEC_EINVAL, "batch must not be NULL");
     if (b->num_seqs < 1) return fdec_set_error(FDEC_EINVAL, "batch->num_seqs (0) must be at least 1");
-    if (arrays && !b->seq_lens) return fdec_set_error(FDEC_EINVAL, "batch->seq_lens must not be NULL");
+    if (!b->seq_lens) return fdec_set_error(FDEC_EINVAL, "batch->seq_lens must not be NULL");
     if (b->max_seq_len < 1) return fdec_set_error(FDEC_EINVAL, "batch->max_seq_len (0) must be at least 1");
     const uint32_t mq = b->max_q_len ? b->max_q_len : 1, ps = b->page_size;
     if (mq > FDEC_MAX_Q_LEN)
@@ -417,8 +417,7 @@ static fdec_status batch_init(const fdec_context *c, const fdec_layer *L, const 
     p->nq = mq < b->max_seq_len ? mq : b->max_seq_len;
     p->lo = (uint32_t)fdec_token_lo(p, 0);
     if (ps) {
-        if (arrays && !b->page_table)
-            return fdec_set_error(FDEC_EINVAL, "batch->page_table must not be NULL (page_size %u)", ps);
+        if (!b->page_table) return fdec_set_error(FDEC_EINVAL, "batch->page_table must not be NULL (page_size %u)", ps);
         const uint64_t need = ((uint64_t)b->max_seq_len + ps - 1) / ps;
         if (b->max_pages < need)
             return fdec_set_error(FDEC_EINVAL, "batch->max_pages (%u) is too narrow: max_seq_len %u needs %llu pages of "

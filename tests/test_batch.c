@@ -246,9 +246,9 @@ void test_batch_bad(void) {
         check(st == FDEC_EINVAL && untouched && strstr(fdec_last_error(), c->want),
               "batch bad input '%s': status %d, message '%s' (want '%s'), out %s", c->what, (int)st, fdec_last_error(),
               c->want, untouched ? "untouched" : "WRITTEN");
-        /* a plan and a reserve read the bounds alone: they refuse bad bounds and take any arrays */
-        const int in_arrays = c->b.seq_lens != paged.seq_lens || c->b.q_lens != paged.q_lens ||
-                              c->b.page_table != paged.page_table;
+        /* a plan and a reserve read the bounds alone: they refuse bad bounds and missing arrays, and take any values */
+        const int in_arrays = (c->b.seq_lens && c->b.seq_lens != paged.seq_lens) || c->b.q_lens != paged.q_lens ||
+                              (c->b.page_table && c->b.page_table != paged.page_table);
         fdec_plan_info info;
         const fdec_status want = in_arrays ? FDEC_OK : FDEC_EINVAL;
         check(fdec_plan_batch(ctx, &c->L, &c->b, &info) == want, "plan_batch %s '%s'",

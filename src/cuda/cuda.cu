@@ -374,14 +374,20 @@ static fdec_cuda_params call_params(const cuda_impl *c, const fdec_problem *p, c
     return prm;
 }
 
-/* The merge of nc chunk states: the one-round-trip kernel of 16, 32 or 64 states up to FDEC_MERGE_SMALL_MAX chunks,
- * else `big` (a single call's and a batch's merges alike) */
+/* The merge of nc chunk states: the one-round-trip kernel of 16, 32 or 64 states up to FDEC_MERGE_SMALL_MAX chunks
+ * (small: blocks of FDEC_MERGE_THREADS dimensions, no dynamic shared memory), else `big` (a single call's and a
+ * batch's merges alike) */
 template <typename P>
 using merge_fn = void (*)(const P);
 template <typename P>
-static merge_fn<P> pick_merge(uint32_t nc, merge_fn<P> s16, merge_fn<P> s32, merge_fn<P> s64, merge_fn<P> big) {
+struct merge_pick {
+    merge_fn<P> fn;
+    bool small;
+};
+template <typename P>
+static merge_pick<P> pick_merge(uint32_t nc, merge_fn<P> s16, merge_fn<P> s32, merge_fn<P> s64, merge_fn<P> big) {
     static_assert(FDEC_MERGE_SMALL_MAX == 64, "the largest small merge is of 64 states");
-    return nc <= 16 ? s16 : nc <= 32 ? s32 : nc <= FDEC_MERGE_SMALL_MAX ? s64 : big;
+    return {nc <= 16 ? s16 : nc <= 32 ? s32 : nc <= FDEC_MERGE_SMALL_MAX ? s64 : big, nc <= FDEC_MERGE_SMALL_MAX};
 }
 
 static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
@@ -412,17 +418,16 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     if ((e = cudaLaunchKernelEx(&cfg, lp.fn, prm)) != cudaSuccess) return cuda_err(e, "the kernel launch");
     /* the merge: a block per (head, slice of the dimensions). Up to 64 chunks, fdec_chunk_merge_small (slices of
      * 128, one L2 round trip); more, slices of 32 with each slice's chunks split among the block's threads */
-    const int small = nc <= FDEC_MERGE_SMALL_MAX;
-    const uint32_t slice = small || nc <= FDEC_MERGE_SPLIT_CHUNKS ? 128 : 32;
-    cfg.gridDim = dim3(p->H, (p->D + slice - 1) / slice, 1);
-    cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
-    const merge_fn<fdec_cuda_params> merge =
+    const merge_pick<fdec_cuda_params> merge =
         pick_merge<fdec_cuda_params>(nc, fdec_chunk_merge_small<16>, fdec_chunk_merge_small<32>,
                                      fdec_chunk_merge_small<64>,
                                      nc > FDEC_MERGE_SPLIT_CHUNKS ? fdec_chunk_merge_kernel<true>
                                                                   : fdec_chunk_merge_kernel<false>);
-    if ((e = cudaLaunchKernelEx(&cfg, merge, prm)) != cudaSuccess)
+    const uint32_t slice = merge.small || nc <= FDEC_MERGE_SPLIT_CHUNKS ? 128 : 32;
+    cfg.gridDim = dim3(p->H, (p->D + slice - 1) / slice, 1);
+    cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = merge.small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
+    if ((e = cudaLaunchKernelEx(&cfg, merge.fn, prm)) != cudaSuccess)
         return cuda_err(e, "the merge kernel launch");
     return FDEC_OK;
 }
@@ -671,15 +676,14 @@ static fdec_status cuda_decode_batch(void *impl, const fdec_batch_problem *bp, c
     cfg.dynamicSmemBytes = bl.smem;
     if ((e = cudaLaunchKernelEx(&cfg, bl.fn, prm)) != cudaSuccess) return cuda_err(e, "the batch kernel launch");
     /* the merge: a block per (row, head), and per slice of FDEC_MERGE_THREADS dimensions up to 64 chunks */
-    const merge_fn<fdec_batch_params> merge =
+    const merge_pick<fdec_batch_params> merge =
         pick_merge<fdec_batch_params>(nc, fdec_batch_merge_small<16>, fdec_batch_merge_small<32>,
                                       fdec_batch_merge_small<64>, fdec_batch_merge);
-    const bool small = nc <= FDEC_MERGE_SMALL_MAX;
     cfg.gridDim = dim3((unsigned)((size_t)bl.rows * p->H),
-                       small ? (p->D + FDEC_MERGE_THREADS - 1) / FDEC_MERGE_THREADS : 1, 1);
+                       merge.small ? (p->D + FDEC_MERGE_THREADS - 1) / FDEC_MERGE_THREADS : 1, 1);
     cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
-    if ((e = cudaLaunchKernelEx(&cfg, merge, prm)) != cudaSuccess) return cuda_err(e, "the batch merge launch");
+    cfg.dynamicSmemBytes = merge.small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
+    if ((e = cudaLaunchKernelEx(&cfg, merge.fn, prm)) != cudaSuccess) return cuda_err(e, "the batch merge launch");
     return FDEC_OK;
 }
 

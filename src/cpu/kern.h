@@ -13,9 +13,9 @@
  * Between steps 1 and 2 the logits hook (logits.h) applies the layer's variants to the block's scores.
  * o and l are summed in three levels: a block's positions, the blocks of a group of FDEC_CPU_GROUP_BLOCKS, the groups
  * (cpu.h).
- * Where a KV head's part of a row is 512 bytes or more and feeds at most 4 query heads, step 1 runs first for every
- * KV head, JR rows at a time (qk_rowmajor), so that a block's K rows are read in address order; steps 2 and 3 then
- * run head by head.
+ * Where a KV head's part of a row is 512 bytes or more (from pages, also 128 bytes or less) and feeds at most 4 query
+ * heads, step 1 runs first for every KV head, JR rows at a time (qk_rowmajor), so that a block's K rows are read in
+ * address order; steps 2 and 3 then run head by head.
  * Rows are found by the address rule (kv.h): a block is a run of rows ps apart that never crosses the ring's end.
  * head_dim and the K/V type are compile-time constants in the specialised copies (the switch at the bottom);
  * everything else works for any value. The tuned numbers here are in docs/TUNING.md.
@@ -387,6 +387,11 @@ static __attribute__((noinline)) void add_groups(double *tot, float *o, float *l
  * the head-by-head order (TUNING.md). */
 #define ROWMAJOR_MIN_BYTES 512
 #define ROWMAJOR_MAX_R 4
+/* From a paged cache whose rows hold every KV head ([slot][kv_head][dim]), parts of at most this many bytes (LFM2's
+ * head_dim 64 in f16) take the row-major order too: a page's K rows are read through in address order, not as one
+ * head's short pieces a row apart, head by head, which from pages scattered over the pool was 1.5-1.7x the contiguous
+ * time (TUNING.md). */
+#define ROWMAJOR_PAGED_MAX_BYTES 128
 #define JR 8 /* rows a row-major group */
 /* the scores of every KV head of a block (b: KV head 0's rows; hstride bytes between heads), JR rows at a time, the
  * next block's K rows of the group asked for as it goes; sT holds G * R rows of NB scores */
@@ -519,7 +524,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
 }
 
 /* The specialised copies: head_dim x K/V type x order (_rm: the row-major order, in copies of its own so that the
- * head-by-head copies compile as they do without it). head_dim 64 never has 512-byte rows. */
+ * head-by-head copies compile as they do without it). */
 #define SPEC(Dc, Tc, RM, sfx)                                                                                   \
     static void FN(chunk_##Dc##_##Tc##sfx)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *m, float *l, \
                                            float *o, float *sT) {                                               \
@@ -537,6 +542,7 @@ SPEC_T(128)
 SPEC_T(256)
 SPEC_T(512)
 SPEC_RM(0)
+SPEC_RM(64)
 SPEC_RM(128)
 SPEC_RM(256)
 SPEC_RM(512)
@@ -551,11 +557,13 @@ void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *
      : a->kvt == FDEC_Q8_0    ? FN(chunk_##Dc##_Q8_0##sfx)                                                      \
      : a->kvt == FDEC_Q4_0    ? FN(chunk_##Dc##_Q4_0##sfx)                                                      \
                               : FN(chunk_##Dc##_F32##sfx))
-    const int rm = fdec_dtype_bytes(a->kvt, a->D) >= ROWMAJOR_MIN_BYTES && a->R <= ROWMAJOR_MAX_R;
+    const size_t part = fdec_dtype_bytes(a->kvt, a->D);
+    const int rm = (part >= ROWMAJOR_MIN_BYTES || (a->kv.page_size && a->kv.hs < a->kv.ps && part <= ROWMAJOR_PAGED_MAX_BYTES)) &&
+                   a->R <= ROWMAJOR_MAX_R;
 #define PICK(Dc) (rm ? PICK1(Dc, _rm) : PICK1(Dc, ))
     fdec_cpu_chunk_fn f;
     switch (a->D) {
-    case 64: f = PICK1(64, ); break;
+    case 64: f = PICK(64); break;
     case 128: f = PICK(128); break;
     case 256: f = PICK(256); break;
     case 512: f = PICK(512); break;

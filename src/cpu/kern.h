@@ -389,8 +389,7 @@ static __attribute__((noinline)) void add_groups(double *tot, float *o, float *l
 #define ROWMAJOR_MAX_R 4
 /* From a paged cache whose rows hold every KV head ([slot][kv_head][dim]), parts of at most this many bytes (LFM2's
  * head_dim 64 in f16) take the row-major order too: a page's K rows are read through in address order, not as one
- * head's short pieces a row apart, head by head, which from pages scattered over the pool was 1.5-1.7x the contiguous
- * time (TUNING.md). */
+ * head's short pieces a row apart, head by head, which is slow from pages scattered over the pool (TUNING.md). */
 #define ROWMAJOR_PAGED_MAX_BYTES 128
 #define JR 8 /* rows a row-major group */
 /* the scores of every KV head of a block (b: KV head 0's rows; hstride bytes between heads), JR rows at a time, the
@@ -558,8 +557,8 @@ void FN(fdec_cpu_chunk)(const fdec_cpu_args *a, const fdec_cpu_range *r, float *
      : a->kvt == FDEC_Q4_0    ? FN(chunk_##Dc##_Q4_0##sfx)                                                      \
                               : FN(chunk_##Dc##_F32##sfx))
     const size_t part = fdec_dtype_bytes(a->kvt, a->D);
-    const int rm = (part >= ROWMAJOR_MIN_BYTES || (a->kv.page_size && a->kv.hs < a->kv.ps && part <= ROWMAJOR_PAGED_MAX_BYTES)) &&
-                   a->R <= ROWMAJOR_MAX_R;
+    const int paged_short = a->kv.page_size && a->kv.hs < a->kv.ps && part <= ROWMAJOR_PAGED_MAX_BYTES;
+    const int rm = (part >= ROWMAJOR_MIN_BYTES || paged_short) && a->R <= ROWMAJOR_MAX_R;
 #define PICK(Dc) (rm ? PICK1(Dc, _rm) : PICK1(Dc, ))
     fdec_cpu_chunk_fn f;
     switch (a->D) {

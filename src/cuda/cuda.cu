@@ -375,19 +375,21 @@ static fdec_cuda_params call_params(const cuda_impl *c, const fdec_problem *p, c
 }
 
 /* The merge of nc chunk states: the one-round-trip kernel of 16, 32 or 64 states up to FDEC_MERGE_SMALL_MAX chunks
- * (small: blocks of FDEC_MERGE_THREADS dimensions, no dynamic shared memory), else `big` (a single call's and a
- * batch's merges alike) */
+ * (small: blocks of FDEC_MERGE_THREADS dimensions, no dynamic shared memory), else `big` with its shared memory (a
+ * single call's and a batch's merges alike) */
 template <typename P>
 using merge_fn = void (*)(const P);
 template <typename P>
 struct merge_pick {
     merge_fn<P> fn;
     bool small;
+    size_t smem;
 };
 template <typename P>
 static merge_pick<P> pick_merge(uint32_t nc, merge_fn<P> s16, merge_fn<P> s32, merge_fn<P> s64, merge_fn<P> big) {
     static_assert(FDEC_MERGE_SMALL_MAX == 64, "the largest small merge is of 64 states");
-    return {nc <= 16 ? s16 : nc <= 32 ? s32 : nc <= FDEC_MERGE_SMALL_MAX ? s64 : big, nc <= FDEC_MERGE_SMALL_MAX};
+    const bool small = nc <= FDEC_MERGE_SMALL_MAX;
+    return {nc <= 16 ? s16 : nc <= 32 ? s32 : small ? s64 : big, small, small ? 0 : fdec_merge_smem_bytes(nc)};
 }
 
 static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q, const void *k, const void *v,
@@ -426,7 +428,7 @@ static fdec_status cuda_decode(void *impl, const fdec_problem *p, const void *q,
     const uint32_t slice = merge.small || nc <= FDEC_MERGE_SPLIT_CHUNKS ? 128 : 32;
     cfg.gridDim = dim3(p->H, (p->D + slice - 1) / slice, 1);
     cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = merge.small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
+    cfg.dynamicSmemBytes = merge.smem;
     if ((e = cudaLaunchKernelEx(&cfg, merge.fn, prm)) != cudaSuccess)
         return cuda_err(e, "the merge kernel launch");
     return FDEC_OK;
@@ -682,7 +684,7 @@ static fdec_status cuda_decode_batch(void *impl, const fdec_batch_problem *bp, c
     cfg.gridDim = dim3((unsigned)((size_t)bl.rows * p->H),
                        merge.small ? (p->D + FDEC_MERGE_THREADS - 1) / FDEC_MERGE_THREADS : 1, 1);
     cfg.blockDim = dim3(FDEC_MERGE_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = merge.small ? 0 : (nc + 3 + FDEC_MERGE_THREADS) * sizeof(float);
+    cfg.dynamicSmemBytes = merge.smem;
     if ((e = cudaLaunchKernelEx(&cfg, merge.fn, prm)) != cudaSuccess) return cuda_err(e, "the batch merge launch");
     return FDEC_OK;
 }

@@ -222,6 +222,9 @@ __device__ void fdec_block_tail(StateIndex state, bool bad_work, float *part_o, 
  * split four ways (fdec_merge_heads), so that four times the blocks and loads are in flight. On sm_90 it is launched as a programmatic dependent of the decode kernel and waits for it here. */
 #define FDEC_MERGE_THREADS 128
 #define FDEC_MERGE_SPLIT_CHUNKS 32
+/* The dynamic shared memory of a merge of nc states by fdec_merge_heads (this kernel's and fdec_batch_merge's): [nc]
+ * weights, 3, [FDEC_MERGE_THREADS] partial sums */
+constexpr size_t fdec_merge_smem_bytes(uint32_t nc) { return (nc + 3 + (size_t)FDEC_MERGE_THREADS) * sizeof(float); }
 template <bool SPLIT>
 __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(const fdec_cuda_params p) {
     fdec_grid_wait();

@@ -16,8 +16,7 @@
  * Where a KV head's part of a row is 512 bytes or more (from pages, also 128 bytes or less) and feeds at most 4 query
  * heads, step 1 runs first for every KV head, JR rows at a time (qk_rowmajor), so that a block's K rows are read in
  * address order; steps 2 and 3 then run head by head.
- * Rows are found by the address rule (kv.h): a block is at most two of its runs of rows ps apart (row_geom), so that
- * a page's end or the ring's does not shorten it.
+ * Rows are found by the address rule (kv.h): a block is a run of rows ps apart that never crosses the ring's end.
  * head_dim and the K/V type are compile-time constants in the specialised copies (the switch at the bottom);
  * everything else works for any value. The tuned numbers here are in docs/TUNING.md.
  */
@@ -25,7 +24,6 @@
 #include "simd.h"
 
 #include <float.h>
-#include <stddef.h>
 #include <string.h>
 
 #define CAT2(a, b) a##_##b
@@ -51,36 +49,18 @@ ALWAYS_INLINE void prefetch_row(const char *p, size_t bytes) {
     for (size_t b = 0; b < bytes; b += 64) PF_LINE(p + b);
 }
 
-/* Where a block's rows lie: row j at byte j * stride from the block's first row, and the rows from n1 on `jump` bytes
- * further. A block is at most two runs of the address rule (kv.h), so that pages of NB / 2 positions (or a ring's
- * end) still give blocks of NB rows: short blocks cost their softmax steps and output stores twice as often. */
-typedef struct {
-    size_t stride;
-    uint32_t n1;    /* the first run's rows */
-    ptrdiff_t jump; /* the second run's first row, less where the first run would have gone on */
-} row_geom;
-ALWAYS_INLINE size_t row_off(row_geom g, uint32_t j) {
-    return (size_t)j * g.stride + (j >= g.n1 ? (size_t)g.jump : 0);
-}
-/* The rows of g from row j0 on, as rows of their own from *base, which moves to row j0. */
-ALWAYS_INLINE row_geom rows_from(const char **base, row_geom g, uint32_t j0) {
-    *base += row_off(g, j0);
-    const row_geom r = {g.stride, j0 < g.n1 ? g.n1 - j0 : UINT32_MAX, j0 < g.n1 ? g.jump : 0};
-    return r;
-}
-
-/* All of one KV head's rows of a block at once: nb rows of K and of V from byte offset off. */
-ALWAYS_INLINE void prefetch_head(const char *k, const char *v, size_t off, uint64_t nb, row_geom g, size_t bytes) {
-    for (uint32_t j = 0; j < nb; j++) {
-        prefetch_row(k + off + row_off(g, j), bytes);
-        prefetch_row(v + off + row_off(g, j), bytes);
+/* All of one KV head's rows of a block at once: nb rows of K and of V from byte offset off, rstride apart. */
+ALWAYS_INLINE void prefetch_head(const char *k, const char *v, size_t off, uint64_t nb, size_t rstride, size_t bytes) {
+    for (uint64_t j = 0; j < nb; j++, off += rstride) {
+        prefetch_row(k + off, bytes);
+        prefetch_row(v + off, bytes);
     }
 }
 
 /* ---- 1. scores: sT[h][j] = dot(q[h], K[j]) for HT heads from h0, all j < nb ---- */
-ALWAYS_INLINE void qk_tile(const char *kb, row_geom kg, uint32_t nb, const float *q, uint32_t Dp, float *sT,
-                           const char *kn, row_geom ng, uint32_t nn, const uint32_t D, const fdec_dtype T,
-                           const uint32_t HT, const char *vx) {
+ALWAYS_INLINE void qk_tile(const char *kb, size_t kstride, uint32_t nb, const float *q, uint32_t Dp, float *sT,
+                           const char *kn, uint32_t nn, const uint32_t D, const fdec_dtype T, const uint32_t HT,
+                           const char *vx) {
     const uint32_t P = NACC / HT; /* HT divides NACC: P * HT == NACC accumulators, one transposed reduction */
     const size_t rowb = fdec_dtype_bytes(T, D); /* bytes of a head's row (whole blocks of a block type) */
     const int spread = D % VW == 0 && rowb >= 512;
@@ -89,19 +69,19 @@ ALWAYS_INLINE void qk_tile(const char *kb, row_geom kg, uint32_t nb, const float
          * crosses each 64-byte line of a row (spread over the FMAs, not in a burst); shorter rows at once */
         const uint32_t npf = j0 + P < nn ? P : nn > j0 ? nn - j0 : 0;
         if (!spread)
-            for (uint32_t p = 0; p < npf; p++) prefetch_row(kn + row_off(ng, j0 + p), rowb);
+            for (uint32_t p = 0; p < npf; p++) prefetch_row(kn + (size_t)(j0 + p) * kstride, rowb);
         V acc[NACC];
         const char *kr[NACC];
         for (uint32_t p = 0; p < P; p++) {
             uint32_t j = j0 + p < nb ? j0 + p : nb - 1; /* past the end: recompute the last row, discarded */
-            kr[p] = kb + row_off(kg, j);
+            kr[p] = kb + (size_t)j * kstride;
         }
         for (uint32_t i = 0; i < NACC; i++) acc[i] = vzero();
         const uintptr_t dv = (uintptr_t)vx - (uintptr_t)kb; /* K row -> V row: one register, not another pointer */
         /* line: the byte offset of a line of the rows to ask for */
 #define QK_PREFETCH(line)                                                                                       \
     do {                                                                                                        \
-        for (uint32_t p = 0; p < npf; p++) PF_LINE(kn + row_off(ng, j0 + p) + (line));                          \
+        for (uint32_t p = 0; p < npf; p++) PF_LINE(kn + (size_t)(j0 + p) * kstride + (line));                   \
         if (vx) /* the second ask for this block's V rows (CROSS_SHAPE) */                                       \
             for (uint32_t p = 0; p < P; p++)                                                                    \
                 if (j0 + p < nb) PF_LINE((const char *)((uintptr_t)kr[p] + (line) + dv));                      \
@@ -249,8 +229,8 @@ ALWAYS_INLINE void softmax_step(float *s, uint32_t nb, float *m, float *l, float
 }
 
 /* ---- 3. o[h][d0 .. d0 + DT*VW) += sum_j p[h][j] * V[j][...] for HT heads ---- */
-ALWAYS_INLINE void pv_tile(const char *vb, row_geom vg, uint32_t nb, const float *sT, float *o, uint32_t Dp,
-                           uint32_t d0, const char *vn, row_geom ng, uint32_t nn, const uint32_t D, const fdec_dtype T,
+ALWAYS_INLINE void pv_tile(const char *vb, size_t vstride, uint32_t nb, const float *sT, float *o, uint32_t Dp,
+                           uint32_t d0, const char *vn, uint32_t nn, const uint32_t D, const fdec_dtype T,
                            const uint32_t HT, const uint32_t DT) {
     V acc[8][8];
     for (uint32_t h = 0; h < HT; h++)
@@ -262,8 +242,8 @@ ALWAYS_INLINE void pv_tile(const char *vb, row_geom vg, uint32_t nb, const float
     const size_t pf0 = (fdec_dtype_bytes(T, d0) + 63) & ~(size_t)63;
     for (uint32_t j = 0; j < nb; j++) {
         if (j < nn)
-            for (size_t b = pf0; b < se; b += 64) PF_LINE(vn + row_off(ng, j) + b);
-        const char *vr = vb + row_off(vg, j);
+            for (size_t b = pf0; b < se; b += 64) PF_LINE(vn + (size_t)j * vstride + b);
+        const char *vr = vb + (size_t)j * vstride;
         V vv[8], sc = vzero();
         for (uint32_t t = 0; t < DT; t++) {
             const uint32_t dd = d0 + t * VW;
@@ -286,16 +266,15 @@ ALWAYS_INLINE void pv_tile(const char *vb, row_geom vg, uint32_t nb, const float
 }
 
 /* All d-vectors of HT heads, in register tiles of DT vectors (largest first). */
-ALWAYS_INLINE void pv_heads(const char *vb, row_geom vg, uint32_t nb, const float *sT, float *o, uint32_t Dp,
-                            const char *vn, row_geom ng, uint32_t nn, const uint32_t D, const fdec_dtype T,
-                            const uint32_t HT) {
+ALWAYS_INLINE void pv_heads(const char *vb, size_t vstride, uint32_t nb, const float *sT, float *o, uint32_t Dp,
+                            const char *vn, uint32_t nn, const uint32_t D, const fdec_dtype T, const uint32_t HT) {
     const uint32_t nvec = (D + VW - 1) / VW;
     uint32_t i = 0;
     /* each tile also prefetches its strip of the next block's V rows */
 #define PV_TILES(DT)                                                                                            \
     if ((DT) * HT <= NACC || (DT) == 1)                                                                         \
         for (; i + (DT) <= nvec; i += (DT))                                                                     \
-            pv_tile(vb, vg, nb, sT, o, Dp, i * VW, vn, ng, nn, D, T, HT, (DT));
+            pv_tile(vb, vstride, nb, sT, o, Dp, i * VW, vn, nn, D, T, HT, (DT));
     PV_TILES(8)
     PV_TILES(4)
     PV_TILES(2)
@@ -331,12 +310,11 @@ ALWAYS_INLINE void pv_heads(const char *vb, row_geom vg, uint32_t nb, const floa
         if (h0 + 1 <= (R)) { const uint32_t HT = 1; step; h0 += 1; }                                           \
     } while (0)
 
-/* One block's rows of one KV head: nb rows of K and V from k and v, where g says (the same offsets in both), for
- * positions t .. t + nb; and the next block's nn rows from kn and vn where gn says, which the block asks for while it
- * computes (prefetch_row). */
+/* One block's rows of one KV head: nb rows of K and V from k and v, `stride` bytes apart, for positions t .. t + nb;
+ * and the next block's nn rows from kn and vn, which the block asks for while it computes (prefetch_row). */
 typedef struct {
     const char *k, *v, *kn, *vn;
-    row_geom g, gn;
+    size_t stride;
     uint32_t nb, nn;
     uint64_t t;
 } kv_rows;
@@ -354,7 +332,7 @@ ALWAYS_INLINE void block_out(const fdec_cpu_args *a, const kv_rows *b, uint32_t 
         int finite = 1;
         for (uint32_t h = 0; h < 8; h++) finite &= isfinite(l[h]) != 0;
         if (finite) {
-            pv_strassen(b->v, b->g, sT, o, Dp, b->vn, b->gn, b->nn, D, kx);
+            pv_strassen(b->v, b->stride, sT, o, Dp, b->vn, b->nn, D, kx);
             return;
         }
     }
@@ -362,7 +340,7 @@ ALWAYS_INLINE void block_out(const fdec_cpu_args *a, const kv_rows *b, uint32_t 
     (void)kx;
 #endif
     FOR_HEAD_TILES(R, h0, HT,
-                   pv_heads(b->v, b->g, b->nb, sT + (size_t)h0 * NB, o + (size_t)h0 * Dp, Dp, b->vn, b->gn,
+                   pv_heads(b->v, b->stride, b->nb, sT + (size_t)h0 * NB, o + (size_t)h0 * Dp, Dp, b->vn,
                             h0 ? 0 : b->nn, D, T, HT));
 }
 
@@ -373,7 +351,7 @@ ALWAYS_INLINE void block(const fdec_cpu_args *a, const kv_rows *b, uint32_t hq, 
     const float *q = a->q + (size_t)hq * Dp;
     const int cross = CROSS_SHAPE(D, T, R);
     FOR_HEAD_TILES(R, h0, HT,
-                   qk_tile(b->k, b->g, b->nb, q + (size_t)h0 * Dp, Dp, sT + (size_t)h0 * NB, b->kn, b->gn,
+                   qk_tile(b->k, b->stride, b->nb, q + (size_t)h0 * Dp, Dp, sT + (size_t)h0 * NB, b->kn,
                            h0 ? 0 : b->nn, D, T, HT, cross && !h0 ? b->v : NULL));
     block_out(a, b, hq, m, l, o, sT, D, T, cross ? b->kn : NULL);
 }
@@ -419,49 +397,37 @@ static __attribute__((noinline)) void add_groups(double *tot, float *o, float *l
 ALWAYS_INLINE void qk_rowmajor(const fdec_cpu_args *a, const kv_rows *b, size_t hstride, float *sT, const uint32_t D,
                                const fdec_dtype T) {
     const uint32_t R = a->R, Dp = fdec_cpu_padded_dim(D), nb = b->nb, nn = b->nn;
+    const size_t rstride = b->stride;
     for (uint32_t j0 = 0; j0 < nb; j0 += JR) {
         const uint32_t jn = nb - j0 < JR ? nb - j0 : JR;
         const uint32_t pn = nn > j0 ? (nn - j0 < jn ? nn - j0 : jn) : 0;
-        const char *k0 = b->k, *kn0 = b->kn; /* the group's first rows (KV head 0) */
-        const row_geom gj = rows_from(&k0, b->g, j0), gnj = rows_from(&kn0, b->gn, j0);
         for (uint32_t g = 0; g < a->G; g++) {
-            const char *kg = k0 + g * hstride, *kng = kn0 + g * hstride;
+            const char *kg = b->k + g * hstride + (size_t)j0 * rstride, *kng = b->kn + g * hstride + (size_t)j0 * rstride;
             const size_t hq = (size_t)g * R;
             FOR_HEAD_TILES(R, h0, HT,
-                           qk_tile(kg, gj, jn, a->q + (hq + h0) * Dp, Dp, sT + (hq + h0) * NB + j0, kng, gnj,
+                           qk_tile(kg, rstride, jn, a->q + (hq + h0) * Dp, Dp, sT + (hq + h0) * NB + j0, kng,
                                    h0 ? 0 : pn, D, T, HT, NULL));
         }
     }
 }
 
-/* Block geometry: the rows of positions [t, t + nb), at most NB and none from `end` on, KV head 0's first at byte
- * off, the others where g says: at most two runs of the address rule (kv.h), the part of a page (or of a ring before
- * its end) that the block starts in and as much of the next as fits. */
+/* Block geometry: the rows of positions [t, t + nb), none from `end` on, from element offset off (KV head 0); a block
+ * is a run of the address rule (kv.h), so it never crosses the ring's end or a page's. */
 typedef struct {
     size_t off;
-    uint32_t nb;
-    row_geom g;
+    uint64_t nb;
 } block_span;
-ALWAYS_INLINE block_span block_at(const fdec_cpu_args *a, uint64_t t, uint64_t end, const fdec_dtype T,
-                                  size_t rstride) {
-    block_span b = {0, 0, {rstride, UINT32_MAX, 0}};
-    const uint32_t n = t >= end ? 0 : end - t < NB ? (uint32_t)(end - t) : NB;
-    if (!n) return b;
-    const uint32_t n1 = (uint32_t)fdec_kv_run(&a->kv, t, n);
-    b.off = fdec_dtype_bytes(T, fdec_kv_pos(&a->kv, t));
-    b.nb = n1;
-    if (n1 < n) { /* the second run: the next page's first rows, or the ring's */
-        const size_t off2 = fdec_dtype_bytes(T, fdec_kv_pos(&a->kv, t + n1));
-        b.g.n1 = n1;
-        b.g.jump = (ptrdiff_t)(off2 - (b.off + (size_t)n1 * rstride));
-        b.nb += (uint32_t)fdec_kv_run(&a->kv, t + n1, n - n1);
-    }
+ALWAYS_INLINE block_span block_at(const fdec_cpu_args *a, uint64_t t, uint64_t end) {
+    const uint64_t n = t >= end ? 0 : end - t < NB ? end - t : NB;
+    const block_span b = {n ? fdec_kv_pos(&a->kv, t) : 0, n ? fdec_kv_run(&a->kv, t, n) : 0};
     return b;
 }
 
 /* All of one block's rows of KV head g asked for at once (a cold chunk's first block, head by head). */
-ALWAYS_INLINE void prefetch_block_head(const fdec_cpu_args *a, block_span b, uint32_t g, size_t hstride, size_t hb) {
-    prefetch_head((const char *)a->k, (const char *)a->v, b.off + g * hstride, b.nb, b.g, hb);
+ALWAYS_INLINE void prefetch_block_head(const fdec_cpu_args *a, block_span b, uint32_t g, size_t rstride,
+                                       size_t hstride, size_t hb) {
+    prefetch_head((const char *)a->k, (const char *)a->v, fdec_dtype_bytes(a->kvt, b.off) + g * hstride, b.nb, rstride,
+                  hb);
 }
 
 ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, float *m, float *l, float *o,
@@ -492,40 +458,37 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
     const char *kc = (const char *)a->k, *vc = (const char *)a->v;
     const size_t hb = fdec_dtype_bytes(T, D); /* bytes of one KV head's part of a row */
     if (t0 >= t1) return;
-    if (rg->ramp) /* a cold chunk's first rows */
-        prefetch_block_head(a, block_at(a, t0, t1, T, rstride), 0, hstride, hb);
+    if (rg->ramp) prefetch_block_head(a, block_at(a, t0, t1), 0, rstride, hstride, hb); /* a cold chunk's first rows */
     for (uint64_t t = t0; t < t1;) {
-        const block_span cur = block_at(a, t, t1, T, rstride);
+        const block_span cur = block_at(a, t, t1);
         /* the block to prefetch, which may lie past t1 in the positions the thread goes on to (up to pf_end) */
         const uint64_t tp = t + cur.nb + (uint64_t)(a->pf_blocks - 1) * NB;
-        const block_span nxt = block_at(a, tp, pf_end, T, rstride);
+        const block_span nxt = block_at(a, tp, pf_end);
         { /* one line of every 4 KiB page of the block PAGE_AHEAD blocks past the prefetched one */
             const uint64_t tw = tp + (uint64_t)PAGE_AHEAD * NB;
             if (tw < pf_end) {
-                const block_span w = block_at(a, tw, pf_end, T, rstride);
-                const uint32_t cut = w.g.n1 < w.nb ? w.g.n1 : w.nb; /* its runs: rows [0, cut) and [cut, nb) */
-                for (int r = 0; r < 2; r++) {
-                    const uint32_t j0 = r ? cut : 0, j1 = r ? w.nb : cut;
-                    const size_t span = (j1 - j0) * rstride; /* bytes the run's rows of one KV head span */
-                    /* heads apart (e.g. [head][pos][dim]): a span each; else (dense rows) one span holds every head */
-                    const uint32_t ng = hstride >= span ? a->G : 1;
-                    for (uint32_t g = 0; g < ng; g++) {
-                        const size_t at = w.off + row_off(w.g, j0) + g * hstride;
-                        for (size_t b = 0; b < span; b += 4096) PF_LINE(kc + at + b), PF_LINE(vc + at + b);
-                    }
+                const block_span w = block_at(a, tw, pf_end);
+                const size_t span = w.nb * rstride; /* bytes the block's rows of one KV head span */
+                /* heads apart (e.g. [head][pos][dim]): a span each; else (dense rows) one span holds every head */
+                const uint32_t ng = hstride >= span ? a->G : 1;
+                for (uint32_t g = 0; g < ng; g++) {
+                    const size_t at = fdec_dtype_bytes(T, w.off) + g * hstride;
+                    for (size_t b = 0; b < span; b += 4096) PF_LINE(kc + at + b), PF_LINE(vc + at + b);
                 }
             }
         }
         /* a cold chunk's first block asks for the rest of itself and for the second block head by head (the ramp):
          * with KV head g it asks for the first block's head g + 1 and the second block's head g */
         const int ramp = rg->ramp && t == t0;
-        const block_span second = block_at(a, ramp ? t + cur.nb : t1, t1, T, rstride);
+        const block_span second = ramp && t + cur.nb < t1 ? block_at(a, t + cur.nb, t1) : (block_span){0, 0};
 #define RAMP_HEAD(g)                                                                                            \
     do {                                                                                                        \
-        if ((g) + 1 < a->G) prefetch_block_head(a, cur, (g) + 1, hstride, hb);                                  \
-        prefetch_block_head(a, second, (g), hstride, hb);                                                       \
+        if ((g) + 1 < a->G) prefetch_block_head(a, cur, (g) + 1, rstride, hstride, hb);                         \
+        prefetch_block_head(a, second, (g), rstride, hstride, hb);                                              \
     } while (0)
-        kv_rows b = {kc + cur.off, vc + cur.off, kc + nxt.off, vc + nxt.off, cur.g, nxt.g, cur.nb, nxt.nb, t};
+        kv_rows b = {kc + fdec_dtype_bytes(T, cur.off), vc + fdec_dtype_bytes(T, cur.off), kc + fdec_dtype_bytes(T, nxt.off),
+                     vc + fdec_dtype_bytes(T, nxt.off),
+                     rstride, (uint32_t)cur.nb, (uint32_t)nxt.nb, t};
         if (rowmajor) {
             if (ramp) /* all at once: the scores need every head of the first block first */
                 for (uint32_t g = 0; g < a->G; g++) RAMP_HEAD(g);
@@ -533,7 +496,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
             for (uint32_t g = 0; g < a->G; g++) {
                 const size_t hq = (size_t)g * R;
                 const kv_rows bg = {b.k + g * hstride, b.v + g * hstride, b.kn + g * hstride, b.vn + g * hstride,
-                                    b.g, b.gn, b.nb, b.nn, t};
+                                    rstride, b.nb, b.nn, t};
                 block_out(a, &bg, (uint32_t)hq, m + hq, l + hq, o + hq * Dp, sT + hq * NB, D, T, NULL);
             }
         } else
@@ -541,7 +504,7 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
                 const size_t hq = (size_t)g * R;
                 if (ramp) RAMP_HEAD(g);
                 const kv_rows bg = {b.k + g * hstride, b.v + g * hstride, b.kn + g * hstride, b.vn + g * hstride,
-                                    b.g, b.gn, b.nb, b.nn, t};
+                                    rstride, b.nb, b.nn, t};
                 block(a, &bg, (uint32_t)hq, m + hq, l + hq, o + hq * Dp, sT, D, T);
             }
 #undef RAMP_HEAD

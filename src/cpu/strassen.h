@@ -15,8 +15,8 @@
      m##k##1 = vfma_bcast(a + (k) * 4 * NP + 1 * NP, (b), m##k##1),                                              \
      m##k##2 = vfma_bcast(a + (k) * 4 * NP + 2 * NP, (b), m##k##2),                                              \
      m##k##3 = vfma_bcast(a + (k) * 4 * NP + 3 * NP, (b), m##k##3))
-ALWAYS_INLINE void pv_strassen(const char *vb, row_geom vg, const float *sT, float *o, uint32_t Dp, const char *vn,
-                               row_geom ng, uint32_t nn, const uint32_t D, const char *kx) {
+ALWAYS_INLINE void pv_strassen(const char *vb, size_t vstride, const float *sT, float *o, uint32_t Dp,
+                               const char *vn, uint32_t nn, const uint32_t D, const char *kx) {
     enum { NP = NB / 2 };
     _Static_assert(NP == VW, "a vector of the weights' combinations holds one per row pair");
     /* ac[(k * 4 + i) * NP + j]: product k's weight for head row i (heads i, i + 4) and row pair j (rows j, j + NP):
@@ -34,17 +34,16 @@ ALWAYS_INLINE void pv_strassen(const char *vb, row_geom vg, const float *sT, flo
           m30 = z, m31 = z, m32 = z, m33 = z, m40 = z, m41 = z, m42 = z, m43 = z, m50 = z, m51 = z, m52 = z, m53 = z,
           m60 = z, m61 = z, m62 = z, m63 = z;
         const float *a = ac;
-        const char *v0 = vb + (size_t)d0 * 2, *n0 = vn + (size_t)d0 * 2;
+        const char *r1 = vb + (size_t)d0 * 2, *p1 = vn + (size_t)d0 * 2;
         const uintptr_t dk = (uintptr_t)kx - (uintptr_t)vn; /* V row -> K row of the next block */
-        for (uint32_t j = 0; j < NP; j++, a++) {
-            const char *r1 = v0 + row_off(vg, j), *r2 = v0 + row_off(vg, j + NP);
-            const char *p1 = n0 + row_off(ng, j), *p2 = n0 + row_off(ng, j + NP);
+        for (uint32_t j = 0; j < NP; j++, a++, r1 += vstride, p1 += vstride) {
             /* this strip's line of the next block's rows j and j + NP (as pv_tile asks for its strip's), and with kx
              * the same lines of its K rows a second time (CROSS_SHAPE) */
             if (j < nn) PF_LINE(p1);
-            if (j + NP < nn) PF_LINE(p2);
+            if (j + NP < nn) PF_LINE(p1 + NP * vstride);
             if (kx && j < nn) PF_LINE((const char *)((uintptr_t)p1 + dk));
-            if (kx && j + NP < nn) PF_LINE((const char *)((uintptr_t)p2 + dk));
+            if (kx && j + NP < nn) PF_LINE((const char *)((uintptr_t)p1 + NP * vstride + dk));
+            const char *r2 = r1 + NP * vstride;
             const V v11 = vload_kv(r1, FDEC_F16), v22 = vload_kv(r2 + 2 * VW, FDEC_F16);
             SP_FB4(0, vadd(v11, v22));
             SP_FB4(1, v11);

@@ -353,7 +353,7 @@ struct fdec_batch_src : fdec_chunk_src {
 /* Block (row, head): its chunk states into out and lse; blocks past the rows the check kernel counted return. */
 __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_batch_merge(const fdec_batch_params p) {
     fdec_grid_wait();
-    extern __shared__ float msm[]; /* [nc] weights, 3, [FDEC_MERGE_THREADS] partial sums */
+    extern __shared__ float msm[]; /* laid out and sized by fdec_merge_smem_bytes */
     const uint32_t idx = blockIdx.x;
     if (idx >= (size_t)p.info[p.B].row0 * p.H) return;
     const uint32_t n = p.row_chunks[idx / p.H]; /* the states of the row's sequence, of p.nc a row */

@@ -228,7 +228,7 @@ constexpr size_t fdec_merge_smem_bytes(uint32_t nc) { return (nc + 3 + (size_t)F
 template <bool SPLIT>
 __global__ void __launch_bounds__(FDEC_MERGE_THREADS) fdec_chunk_merge_kernel(const fdec_cuda_params p) {
     fdec_grid_wait();
-    extern __shared__ float msm[]; /* [nc] weights, 3, [FDEC_MERGE_THREADS] partial sums */
+    extern __shared__ float msm[]; /* laid out and sized by fdec_merge_smem_bytes */
     const uint32_t h = blockIdx.x;
     const int slice = (int)((p.D + gridDim.y - 1) / gridDim.y);
     const int d0 = blockIdx.y * slice, width = min(slice, (int)p.D - d0);

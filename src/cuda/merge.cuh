@@ -147,8 +147,7 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
 }
 
 /* The end of a decode block (the SIMT and tensor-core kernels'): merges its NS partial states (in shared memory:
- * m[NS][RT] in base 2, l[NS][RT], o[NS][RT][pitch], Dr = D or, for D = 0, the call's head_dim, of each row's pitch
- * elements, pitch a multiple of 4 where D is) into the chunk state of
+ * m[NS][RT] in base 2, l[NS][RT], o[NS][RT][Dr], Dr = D or, for D = 0, the call's head_dim) into the chunk state of
  * each row r < nh, at index state(r) of the scratch's part_* arrays (m in natural-log units). A chunk whose o came out
  * non-finite (an inf in V, a NaN anywhere), or whose work is bad (a batch's sequence the check kernel refused), gets
  * m = l = NaN, so that the merge makes its row NaN. The merge kernel launched right after this one merges the states.
@@ -156,7 +155,7 @@ __device__ void fdec_merge_heads(const Src &src, int nh, uint32_t n, int Dr, flo
  * multiple of 4 a thread moves 4 elements a pass (16-byte loads and stores). */
 template <int D, int RT, int NS, typename StateIndex>
 __device__ void fdec_block_tail(StateIndex state, bool bad_work, float *part_o, float *part_m, float *part_l,
-                                float *smem, int nh, int Dr, int pitch) {
+                                float *smem, int nh, int Dr) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); /* the merge kernel may start launching */
 #endif
@@ -192,7 +191,7 @@ __device__ void fdec_block_tail(StateIndex state, bool bad_work, float *part_o, 
 #pragma unroll
         for (int w = 0; w < NS; w++) {
             const float wt = sm_w[w][r];
-            const float *x = sm_o + (w * RT + r) * pitch + d;
+            const float *x = sm_o + (w * RT + r) * Dr + d;
             if constexpr (V == 4) {
                 const float4 x4 = *reinterpret_cast<const float4 *>(x);
                 O[0] += wt * x4.x, O[1] += wt * x4.y, O[2] += wt * x4.z, O[3] += wt * x4.w;

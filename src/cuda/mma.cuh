@@ -49,17 +49,6 @@
  * steps, where strided steps cost more than they gain. */
 #define FDEC_MMA_D512_STRIDED_MIN 1024
 
-/* The tail's rows of o in shared memory are D + FDEC_MMA_TAIL_PAD floats apart: the 8 rows of a fragment's store then
- * fall in different banks (at a pitch of D, a multiple of 32, they are one bank: 8-way conflicts). */
-#ifndef FDEC_MMA_TAIL_PAD
-#define FDEC_MMA_TAIL_PAD 8
-#endif
-/* The ring of a block that is alone on its SM (two tiles at head_dim 512: 8 warps): 6 stages of 32 KiB, so that the
- * pipelined loop (PIPE, below) keeps four copies in flight. On sm_80 (163 KiB a block) it does not fit, and the batch's
- * plan gives a sequence's tiles a block each there. */
-#ifndef FDEC_MMA_SOLO_RING
-#define FDEC_MMA_SOLO_RING 196608
-#endif
 /* The most tiles of 8 rows a block takes at head_dim D: its warps split the head_dim in 128s, 4 or 8 warps a block */
 constexpr int fdec_mma_max_tiles(int D) { return D <= 128 ? 4 : 2; }
 
@@ -77,15 +66,13 @@ struct fdec_mma_shape {
      * stage holds 16 WP positions; the ring is 64 KiB at head_dim 64 (one block an SM for 16-bit caches), else 96 KiB
      * (two blocks fill an SM's 228 KiB): 4 stages of 16 KiB and 3 of 32 KiB with one tile a block. Several tiles (a
      * batch's sequence of several tokens) at head_dim 128 take 64 KiB and three blocks an SM (THREE), at 64 48 KiB and
-     * four (FOUR): their warps wait on the latency of several tiles' MMAs a position, and more warps hide it. A block
-     * alone on its SM (two tiles at head_dim 512) takes FDEC_MMA_SOLO_RING. */
+     * four (FOUR): their warps wait on the latency of several tiles' MMAs a position, and more warps hide it. */
     static constexpr bool THREE = NG > 1 && D == 128, FOUR = NG > 1 && D == 64;
     static constexpr int BLOCKS = NW > FDEC_CUDA_WARPS ? 1 : THREE ? 3 : FOUR ? 4 : FDEC_CUDA_BLOCKS_PER_SM; /* an SM */
     static constexpr int PW = 16;                                   /* positions per warp per stage */
     static constexpr int NP = PW * WP;                              /* positions per stage: 64, 64, 32, 16 (1 tile) */
     static constexpr int STAGE_BYTES = NP * 4 * D;                  /* K and V rows of 16 bits */
-    static constexpr int RING_BYTES = NW > FDEC_CUDA_WARPS ? FDEC_MMA_SOLO_RING
-                                      : FOUR ? 49152 : D == 64 || THREE ? 65536 : 98304;
+    static constexpr int RING_BYTES = FOUR ? 49152 : D == 64 || THREE ? 65536 : 98304;
     static constexpr int NT = PW / 8;                               /* score tiles (8 positions) per warp */
     static constexpr int KS = DW / 16;                              /* k-steps of Q K^T per warp */
     static constexpr int OT = DW / 8;                               /* output tiles (8 dimensions) per warp */
@@ -104,21 +91,13 @@ struct fdec_mma_shape {
     /* stages in the ring (fp8: twice as many), at most 16 (two tiles at D = 64 with fp8: 4 KiB stages) */
     static constexpr int NSTAGE = RING_BYTES / RSTAGE_BYTES < 16 ? RING_BYTES / RSTAGE_BYTES : 16;
     static constexpr int NPASS = (CR + RPP - 1) / RPP;             /* cp.async passes (rows a copying thread) */
-    /* the score MMAs a step ahead (the kernel's loop) where a position group is several warps, whose score exchange
-     * stalls them all, and the ring holds stages enough to spare one: fp8 at head_dim 256 and 512, and the two-tile
-     * block at 512 */
-#ifndef FDEC_MMA_PIPE_MIN_STAGES
-#define FDEC_MMA_PIPE_MIN_STAGES 5
-#endif
-    static constexpr bool PIPE = WD > 1 && NSTAGE >= FDEC_MMA_PIPE_MIN_STAGES;
     static_assert(CT % RP == 0 && (CR % RPP == 0 || (NPASS == 1 && CR < RPP)), "whole rows a pass, whole passes");
     static_assert(NT % 2 == 0 && PW % 16 == 0, "P V takes positions 16 at a time");
     static_assert(RP >= 4 && DW % 32 == 0, "the swizzle needs 4 pieces a row; fp8 fragments take 32 dimensions");
     static_assert(WP >= 1 && WP * WD * NG == NW && NSTAGE >= 3, "every warp a tile's; three stages at least");
     static_assert(WP <= FDEC_CUDA_WARPS, "the host sizes the tail's shared memory for at most that many states");
-    /* the tail's states ([WP][RB] m and l, [WP][RB][D + FDEC_MMA_TAIL_PAD] o) fit in the ring's memory */
-    static_assert((size_t)WP * RB * (2 + D + FDEC_MMA_TAIL_PAD) * 4 <= (size_t)NSTAGE * RSTAGE_BYTES,
-                  "the tail's states fit the ring");
+    /* the tail's states ([WP][RB] m and l, [WP][RB][D] o) fit in the ring's memory */
+    static_assert((size_t)WP * RB * (2 + D) * 4 <= (size_t)NSTAGE * RSTAGE_BYTES, "the tail's states fit the ring");
 };
 
 /* What a block of fdec_mma_kernel works on, by its parameters' type: its rows (rb of them, 8 a tile: each tile's are
@@ -318,7 +297,7 @@ __global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32, fd
     fdec_mma_kernel(const P p) {
     using MT = typename fdec_mma_elem<KT>::type; /* the MMA's type */
     using S = fdec_mma_shape<D, (int)sizeof(KT), NG>;
-    constexpr bool CVT = S::CVT, PIPE = S::PIPE;
+    constexpr bool CVT = S::CVT;
     constexpr int NSTAGE = S::NSTAGE;
     constexpr int DW = S::DW, WD = S::WD, WP = S::WP, NP = S::NP, PW = S::PW, NT = S::NT, KS = S::KS, OT = S::OT,
                   RP = S::RP, RB = S::RB;
@@ -439,11 +418,19 @@ __global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32, fd
     fdec_mma_q_terms<MT, KS, NTERM>(qv, qok, qscale, qa, qa3, &qinv);
 
     const int prow = pg * PW; /* this warp's first position in a stage */
-    /* S^T tiles (rows = heads, two terms; columns = 8 positions) of stage st's rows, into sc and sd: the MMAs are
-     * issued here, and their sums read by scores() */
-    auto qk = [&](int st, float (&sc)[NT][4], float (&sd)[NT][4]) {
-        uint4 *K = kst(st);
+    for (int it = 0; it < nsteps; it++) {
+        fdec_cp_async_wait<NSTAGE - 2>();
+        /* stage it has landed for every copying thread; stage it - 1 is free */
+        if constexpr (S::OWN) __syncwarp();
+        else __syncthreads();
+        if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
+        fdec_cp_async_commit();
+        const int s = it % NSTAGE;
+        uint4 *K = kst(s), *V = vst(s);
+
+        /* S^T tiles: rows = heads (two terms), columns = 8 positions */
         /* two accumulators per tile (even and odd k-steps): half the chain of dependent MMAs */
+        float sc[NT][4], sd[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -461,17 +448,14 @@ __global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32, fd
                     fdec_k_frag<KT>(x, i, b[i][0], b[i][1]);
                     fdec_mma<MT>(i & 1 ? sd[nt] : sc[nt], qa[kg * KG + i], b[i][0], b[i][1]);
                 }
-                if constexpr (NTERM == 3) { /* braces: nvcc misreads a pragma'd loop under if constexpr in a lambda */
+                if constexpr (NTERM == 3)
 #pragma unroll
                     for (int i = 0; i < KG; i++) {
                         const unsigned a[4] = {qa3[kg * KG + i][0], 0u, qa3[kg * KG + i][1], 0u};
                         fdec_mma<MT>(i & 1 ? sd[nt] : sc[nt], a, b[i][0], b[i][1]);
                     }
-                }
             }
-    };
-    /* sv: head gq's scores at positions prow + nt * 8 + 2 cq + {0, 1} of the step, from qk's sc and sd */
-    auto scores = [&](const float (&sc)[NT][4], const float (&sd)[NT][4], float (&sv)[NT][2]) {
+        float sv[NT][2]; /* head gq at positions prow + nt * 8 + 2 cq + {0, 1} */
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             sv[nt][0] = ((sc[nt][0] + sd[nt][0]) + (sc[nt][2] + sd[nt][2])) * qinv;
@@ -491,10 +475,6 @@ __global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32, fd
                 for (int nt = 0; nt < NT; nt++) sv[nt][0] += x[nt * 2], sv[nt][1] += x[nt * 2 + 1];
             }
         }
-    };
-    /* step it's softmax and P V from its scores sv, its V rows in stage st */
-    auto softmax_pv = [&](int it, int st, float (&sv)[NT][2]) {
-        uint4 *V = vst(st);
         const uint64_t pbase = step_base(it);
         float smax = m;
 #pragma unroll
@@ -550,10 +530,9 @@ __global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32, fd
                     d[i][0] = d[i][1] = d[i][2] = d[i][3] = 0.f;
                     fdec_mma<MT>(d[i], pa, b[i][0], b[i][1]);
                 }
-                if constexpr (NTERM == 3) {
+                if constexpr (NTERM == 3)
 #pragma unroll
                     for (int i = 0; i < VG; i++) fdec_mma<MT>(d[i], pa3, b[i][0], b[i][1]);
-                }
 #pragma unroll
                 for (int e = 0; e < 2; e++) /* elements 0, 1: p's high terms; 2, 3: its low terms (the rows g + 8) */
 #pragma unroll
@@ -566,41 +545,6 @@ __global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32, fd
             for (int j = 0; j < OT; j++) fdec_flush_block(o[j][0], o[j][2]), fdec_flush_block(o[j][1], o[j][3]);
             fdec_flush_block(l, lb);
         }
-    };
-
-    float sc[NT][4], sd[NT][4], sv[NT][2];
-    if constexpr (!PIPE) {
-        for (int it = 0; it < nsteps; it++) {
-            fdec_cp_async_wait<NSTAGE - 2>();
-            /* stage it has landed for every copying thread; stage it - 1 is free */
-            if constexpr (S::OWN) __syncwarp();
-            else __syncthreads();
-            if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
-            fdec_cp_async_commit();
-            qk(it % NSTAGE, sc, sd);
-            scores(sc, sd, sv);
-            softmax_pv(it, it % NSTAGE, sv);
-        }
-    } else {
-        /* one step ahead: step it + 1's score MMAs are issued before step it's softmax and P V, whose work hides
-         * their latency; a stage stays in use one step longer, so one fewer copy is in flight */
-        if (nsteps > 0) {
-            fdec_cp_async_wait<NSTAGE - 2>();
-            __syncthreads();
-            qk(0, sc, sd);
-            scores(sc, sd, sv);
-        }
-        for (int it = 0; it < nsteps; it++) {
-            fdec_cp_async_wait<NSTAGE - 3>();
-            /* stages it and it + 1 have landed for every copying thread; stage it - 1 is free */
-            __syncthreads();
-            if (it + NSTAGE - 1 < nsteps) issue(it + NSTAGE - 1, (it + NSTAGE - 1) % NSTAGE);
-            fdec_cp_async_commit();
-            const bool more = it + 1 < nsteps; /* block-uniform: scores() may hold a barrier */
-            if (more) qk((it + 1) % NSTAGE, sc, sd);
-            softmax_pv(it, it % NSTAGE, sv);
-            if (more) scores(sc, sd, sv);
-        }
     }
     fdec_cp_async_wait<0>();
     __syncthreads(); /* the ring's memory is reused below */
@@ -610,25 +554,19 @@ __global__ void __launch_bounds__(fdec_mma_shape<D, sizeof(KT), NG>::NW * 32, fd
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     float *smem = reinterpret_cast<float *>(smem_raw);
-    /* sm_o: [WP][RB][OP]: rows OP = D + FDEC_MMA_TAIL_PAD apart, so that the 8 rows of a store (gq) fall in different banks */
-    constexpr int OP = D + FDEC_MMA_TAIL_PAD;
-    float *sm_m = smem, *sm_l = smem + WP * RB, *sm_o = smem + 2 * WP * RB;
+    float *sm_m = smem, *sm_l = smem + WP * RB, *sm_o = smem + 2 * WP * RB; /* sm_o: [WP][RB][D] */
     if (qok) {
         if (warp % WD == 0 && cq == 0) sm_m[pg * RB + row] = m, sm_l[pg * RB + row] = l * (1.f / PSCALE);
         const float osc = CVT ? fdec_kv_scale_at(&p.sc, w.g, 1) / PSCALE : 1.f / PSCALE; /* fp8: the V scale */
-        /* o[j][2..3] are the last block (an inf in o makes it NaN, inf - inf: non-finite either way, and the tail makes
-         * the head NaN, flashdec.h) */
-        float *so = sm_o + (pg * RB + row) * OP + ds;
 #pragma unroll
-        for (int j = 0; j < OT; j++) {
-            if constexpr (!CVT) /* dimensions 8j + 2cq + {0, 1}: one 8-byte store */
-                *reinterpret_cast<float2 *>(so + fdec_mma_dim<CVT>(j, 0, cq)) =
-                    make_float2((o[j][0] + o[j][2]) * osc, (o[j][1] + o[j][3]) * osc);
-            else
+        for (int j = 0; j < OT; j++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) so[fdec_mma_dim<CVT>(j, e, cq)] = (o[j][e] + o[j][e + 2]) * osc;
-        }
+            for (int e = 0; e < 2; e++) {
+                /* o[j][2..3] are the last block (an inf in o makes it NaN, inf - inf: non-finite either way, and the
+                 * tail makes the head NaN, flashdec.h) */
+                sm_o[(pg * RB + row) * D + ds + fdec_mma_dim<CVT>(j, e, cq)] = (o[j][e] + o[j][e + 2]) * osc;
+            }
     }
     __syncthreads();
-    fdec_block_tail<D, RB, WP>([&](int r) { return w.state(r); }, w.bad(), p.part_o, p.part_m, p.part_l, smem, nh, D, OP);
+    fdec_block_tail<D, RB, WP>([&](int r) { return w.state(r); }, w.bad(), p.part_o, p.part_m, p.part_l, smem, nh, D);
 }

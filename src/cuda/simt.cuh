@@ -385,6 +385,6 @@ __global__ void __launch_bounds__(FDEC_CUDA_WARPS * 32) fdec_simt_kernel(const f
     }
     __syncthreads();
     fdec_block_tail<D, RT, NW>([&](int r) { return (size_t)(h0 + r) * p.nc + chunk; }, false, p.part_o, p.part_m,
-                               p.part_l, smem, nh, Dr, Dr);
+                               p.part_l, smem, nh, Dr);
 }
 

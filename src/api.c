@@ -78,10 +78,12 @@ static fdec_status check_plain_dtype(const char *name, fdec_dtype t) {
     return st;
 }
 
-/* Whether n elements of type t (rounded up to whole blocks) have a byte count that fits a size_t. */
+/* Whether n elements of type t (rounded up to whole blocks) have a byte count that fits a size_t. The round-up
+ * adds one block only where n is not a whole number of them: n / block + 1 wraps to 0 at n = SIZE_MAX. */
 static int bytes_fit(fdec_dtype t, size_t n) {
+    const size_t blk = fdec_dtype_table[t].block;
     size_t bytes;
-    return fdec_size_mul(n / fdec_dtype_table[t].block + 1, fdec_dtype_table[t].block_bytes, &bytes);
+    return fdec_size_mul(n / blk + (n % blk != 0), fdec_dtype_table[t].block_bytes, &bytes);
 }
 
 /* K/V vectors (t, g) for t < rows, g < G span [t*ps + g*hs, +D); no two may overlap, and the last element's

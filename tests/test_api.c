@@ -69,6 +69,10 @@ void test_bad_input(void) {
         0, FDEC_EINVAL, "too large");
     BAD("huge strides", (l->kv_pos_stride = SIZE_MAX / 4, l->kv_head_stride = 64), 10, 0, FDEC_EINVAL,
         "too large");
+    /* a cache of exactly SIZE_MAX elements: its bytes' round-up to whole blocks wrapped to 0 (fixed: api.c's
+     * bytes_fit) */
+    BAD("SIZE_MAX elements", (l->kv_pos_stride = 128, l->kv_head_stride = SIZE_MAX - 64), 1, 0, FDEC_EINVAL,
+        "too large");
     BAD("NULL q", (void)0, 10, 1, FDEC_EINVAL, "q must not be NULL");
     BAD("NULL k", (void)0, 10, 2, FDEC_EINVAL, "k must not be NULL");
     BAD("NULL v", (void)0, 10, 3, FDEC_EINVAL, "v must not be NULL");

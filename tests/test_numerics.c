@@ -102,7 +102,7 @@ void test_numerics(path_ctx *pc, int npc) {
  * kernel's lane groups sum 152 rows each and so take its block sums (on an H200: 66 chunks of 608 positions). Cases
  * 24-29 have 8 Q heads on 1 KV head, head_dim 512 and f16 K/V in whole blocks, the one shape whose AVX-512 output pass
  * goes by Strassen's product (kern.h pv_strassen), whose weights mix heads i and i + 4: a NaN or inf in one head's q
- * must still leave the other seven right (CPU log rows 73 and 74). */
+ * must still leave the other seven right. */
 void test_nonfinite(path_ctx *pc, int npc) {
     static const char *what[] = {"inf in K", "-inf in V", "NaN in q", "NaN in K", "-inf in q", "inf in V"};
     for (int c = 0; c < 30; c++) { /* the six cases with f32, f16 and bf16 K/V (the tensor-core kernel on CUDA), long,

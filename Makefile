@@ -300,9 +300,12 @@ sanitize:
 	    LDFLAGS="-fsanitize=thread" build/tsan/tests/run_tests
 	TSAN_OPTIONS=halt_on_error=1 ./build/tsan/tests/run_tests --configs 60
 
-# libFuzzer over fdec_decode / fdec_plan, then over fdec_merge, FUZZ_SECONDS each, with ASan+UBSan (clang; its
-# runtime comes from Debian if missing). The corpora grow in build/fuzz/corpus{,_merge}, seeded from fuzz/.
+# libFuzzer over fdec_decode / fdec_plan, over fdec_merge, then over the batch calls and fdec_kv_write, FUZZ_SECONDS
+# each, with ASan+UBSan (clang; its runtime comes from Debian if missing). The corpora grow in
+# build/fuzz/corpus{,_merge,_batch}, seeded from fuzz/.
 FUZZ_SECONDS ?= 60
+# An input that runs longer than this is a finding (a hang), not a slow input: the cases are capped far below it.
+FUZZ_TIMEOUT ?= 30
 # The fuzz builds' sanitizers, one flag each (nvcc splits an -Xcompiler value at its commas: fuzz-cuda below).
 FUZZ_SAN := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_FLAGS := -O1 -g $(FUZZ_SAN)
@@ -319,15 +322,20 @@ fuzz:
 	    -o build/fuzz/fuzz_decode
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer -Iinclude fuzz/fuzz_merge.c build/fuzz/libflashdec.a -lm -pthread \
 	    -o build/fuzz/fuzz_merge
-	mkdir -p build/fuzz/corpus build/fuzz/corpus_merge build/fuzz/seeds
+	clang $(FUZZ_FLAGS) -fsanitize=fuzzer -Iinclude fuzz/fuzz_batch.c build/fuzz/libflashdec.a -lm -pthread \
+	    -o build/fuzz/fuzz_batch
+	mkdir -p build/fuzz/corpus build/fuzz/corpus_merge build/fuzz/corpus_batch build/fuzz/seeds
 	# the seeds, but the GPU drift inputs (hundreds of thousands of positions: seconds each under ASan)
 	cp $(foreach f,$(wildcard fuzz/corpus/*),$(if $(findstring drift,$(f)),,$(f))) build/fuzz/seeds/
-	./build/fuzz/fuzz_decode -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=256 \
+	./build/fuzz/fuzz_decode -max_total_time=$(FUZZ_SECONDS) -timeout=$(FUZZ_TIMEOUT) -print_final_stats=1 -max_len=256 \
 	    -artifact_prefix=build/fuzz/ \
 	    build/fuzz/corpus build/fuzz/seeds
-	./build/fuzz/fuzz_merge -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=4096 \
+	./build/fuzz/fuzz_merge -max_total_time=$(FUZZ_SECONDS) -timeout=$(FUZZ_TIMEOUT) -print_final_stats=1 -max_len=4096 \
 	    -artifact_prefix=build/fuzz/merge- \
 	    build/fuzz/corpus_merge fuzz/corpus_merge
+	./build/fuzz/fuzz_batch -max_total_time=$(FUZZ_SECONDS) -timeout=$(FUZZ_TIMEOUT) -print_final_stats=1 -max_len=1024 \
+	    -artifact_prefix=build/fuzz/batch- \
+	    build/fuzz/corpus_batch fuzz/corpus_batch
 
 # fdec_decode on the CUDA backend, each call checked against the CPU backend on the same inputs, with device buffers
 # exactly as large as the contract says (fuzz/fuzz_decode_cuda.c). Where clang has libFuzzer: two libFuzzer builds for

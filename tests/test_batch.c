@@ -172,6 +172,23 @@ void test_batch(path_ctx *pc, int npc, int configs, uint64_t seed) {
         fd_batch_free(&c);
         n++;
     }
+    /* Pages of one row with one KV head: the position and head strides never move an address, so any value is valid,
+     * SIZE_MAX / 4 too. The CPU kernel once took a block's span as rows x position stride and looped over it 4 KiB at
+     * a time (for ever); the case must give the reference's result. */
+    for (int i = 0, made = 0; made < 4 && i < 1000; i++) {
+        fd_batch_case c;
+        fd_batch_make(&c, &r, 1 + (uint32_t)(fd_rand(&r) % 3), 1, 0, 0, (int)(fd_rand(&r) % 2), 0);
+        if (c.L.num_kv_heads == 1 && c.b.max_seq_len > 100) {
+            if (!c.b.kv_page_stride) c.b.kv_page_stride = c.L.kv_pos_stride;
+            const size_t huge = SIZE_MAX / 4 / 64 * 64; /* whole blocks of a block type */
+            c.L.kv_pos_stride = c.L.kv_head_stride = huge;
+            const int ctx = (int)(fd_rand(&r) % (uint64_t)npc);
+            const double e = batch_check(pc[ctx].ctx, pc[ctx].name, &c, 0);
+            if (e > worst) worst = e;
+            made++, n++;
+        }
+        fd_batch_free(&c);
+    }
     printf("batches: %d random batches (paged and contiguous, 1..16 tokens, variants), worst error %.2f of tolerance\n",
            n, worst);
 }

@@ -468,9 +468,12 @@ ALWAYS_INLINE void chunk_impl(const fdec_cpu_args *a, const fdec_cpu_range *rg, 
             const uint64_t tw = tp + (uint64_t)PAGE_AHEAD * NB;
             if (tw < pf_end) {
                 const block_span w = block_at(a, tw, pf_end);
-                const size_t span = w.nb * rstride; /* bytes the block's rows of one KV head span */
+                /* the bytes the block's rows of one KV head span (not nb strides: a stride may be far larger than
+                 * the cache where a page holds one row) */
+                const size_t rows = (w.nb - 1) * rstride + hb;
                 /* heads apart (e.g. [head][pos][dim]): a span each; else (dense rows) one span holds every head */
-                const uint32_t ng = hstride >= span ? a->G : 1;
+                const uint32_t ng = hstride >= rows ? a->G : 1;
+                const size_t span = ng > 1 ? rows : rows + (a->G - 1) * hstride;
                 for (uint32_t g = 0; g < ng; g++) {
                     const size_t at = fdec_dtype_bytes(T, w.off) + g * hstride;
                     for (size_t b = 0; b < span; b += 4096) PF_LINE(kc + at + b), PF_LINE(vc + at + b);

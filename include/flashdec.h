@@ -269,7 +269,7 @@ typedef struct {
 /* Writes num_tokens new tokens' K and V rows, k_src and v_src [num_tokens][num_kv_heads][head_dim] dense (f32, f16 or
  * bf16), into the caches k and v (the layer's kv_dtype and strides) at the slots, converting the type: round to
  * nearest even (fp8 saturating at its largest finite value), Q8_0 and Q4_0 quantised block by block as ggml's
- * reference quantiser does. The layer's fp8 scales are not applied (k_src is written as it is). On the CPU every slot
+ * reference quantiser does (a block with a NaN gets a NaN scale, so it reads back NaN). The layer's fp8 scales are not applied (k_src is written as it is). On the CPU every slot
  * is checked before anything is written. On CUDA the slots are a device array read by the kernel: a token whose slot
  * is outside the cache writes nothing. */
 FDEC_API fdec_status fdec_kv_write(fdec_context *ctx, const fdec_layer *layer, const fdec_kv_slots *slots,

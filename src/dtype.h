@@ -6,7 +6,9 @@
 #define FDEC_DTYPE_H
 
 #include "flashdec.h"
+#include "hd.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +65,15 @@ static inline int fdec_block_code(const uint8_t *b, uint32_t j, fdec_dtype t) {
     if (t == FDEC_Q8_0) return (int8_t)b[2 + j];
     return (int)(j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4) - 8;
 }
+/* ggml's reference quantisers' codes (quantize_row_q8_0_ref, quantize_row_q4_0_ref; dtype.c and the CUDA kv_write
+ * kernel), from v = x / d for Q8_0 (round half away from zero) and from v = x / d + 8.5 for Q4_0 (truncated, at most
+ * 15), defined for every float: the reference's casts are undefined where v is not finite (1 / d overflows for a
+ * tiny block, or x is inf or NaN), which gives 0 for a NaN and the nearest code for an infinity here. */
+FDEC_HD int fdec_q8_0_code(float v) {
+    return v != v ? 0 : v >= 127.0f ? 127 : v <= -127.0f ? -127 : (int)roundf(v);
+}
+FDEC_HD int fdec_q4_0_code(float v) { return v != v || v < 0.0f ? 0 : v >= 15.0f ? 15 : (int)v; }
+
 /* fp8: a scale applies (fdec_layer's k_scale...) */
 static inline int fdec_dtype_is_fp8(fdec_dtype t) { return t == FDEC_F8_E4M3 || t == FDEC_F8_E5M2; }
 

@@ -134,6 +134,38 @@ void test_quant_blocks(path_ctx *pc, int npc) {
     }
     check(ok, "kv_write's Q4_0 block differs from ggml's rule: scale %02x%02x, codes %02x %02x .. %02x", b4[1], b4[0],
           b4[2], b4[3], b4[17]);
+    /* where the reference's casts are undefined: a block so small that 1 / d overflows to inf (Q8_0: d = 2.1e-37 / 127
+     * is subnormal; Q4_0: d = -2.9e-44 / 8) saturates its codes (a 0 element, 0 x inf, gets 0) and reads back 0; a
+     * block with a NaN gets a NaN scale and codes 0, and reads back NaN */
+    float tiny8[32], tiny4[32], withnan[32];
+    for (int j = 0; j < 32; j++)
+        tiny8[j] = (float)(j - 10) * 1e-38f, tiny4[j] = (float)(j - 10) * 1.4e-45f, withnan[j] = x[j];
+    withnan[5] = NAN;
+    L.kv_dtype = FDEC_Q8_0;
+    ok = kv_write_host(pc[0].ctx, &L, &s, tiny8, tiny8, sizeof tiny8, blk, blk2, sizeof blk) == FDEC_OK;
+    ok &= blk[0] == 0 && blk[1] == 0;
+    for (int j = 0; j < 32; j++) ok &= (signed char)blk[2 + j] == (j < 10 ? -127 : j == 10 ? 0 : 127);
+    check(ok, "kv_write's Q8_0 block of tiny values: scale %02x%02x, codes %d %d %d", blk[1], blk[0],
+          (signed char)blk[2], (signed char)blk[12], (signed char)blk[33]);
+    ok = kv_write_host(pc[0].ctx, &L, &s, withnan, withnan, sizeof withnan, blk, blk2, sizeof blk) == FDEC_OK;
+    ok &= (blk[1] & 0x7c) == 0x7c && ((blk[1] & 3) | blk[0]) != 0; /* an f16 NaN */
+    for (int j = 0; j < 32; j++) ok &= blk[2 + j] == 0;
+    float back[32];
+    ok &= !read_v(pc[0].ctx, FDEC_Q8_0, 32, blk, back, 0) && isnan(back[0]);
+    check(ok, "kv_write's Q8_0 block with a NaN: scale %02x%02x, codes %d %d, read back %g", blk[1], blk[0],
+          (signed char)blk[2], (signed char)blk[7], (double)back[0]);
+    L.kv_dtype = FDEC_Q4_0;
+    ok = kv_write_host(pc[0].ctx, &L, &s, tiny4, tiny4, sizeof tiny4, b4, b42, sizeof b4) == FDEC_OK;
+    ok &= b4[0] == 0x00 && b4[1] == 0x80; /* -0 */
+    for (int j = 0; j < 16; j++) ok &= b4[2 + j] == (j < 10 ? 0x0f : 0x00);
+    check(ok, "kv_write's Q4_0 block of tiny values: scale %02x%02x, codes %02x %02x %02x", b4[1], b4[0], b4[2],
+          b4[12], b4[17]);
+    ok = kv_write_host(pc[0].ctx, &L, &s, withnan, withnan, sizeof withnan, b4, b42, sizeof b4) == FDEC_OK;
+    ok &= (b4[1] & 0x7c) == 0x7c && ((b4[1] & 3) | b4[0]) != 0;
+    for (int j = 0; j < 16; j++) ok &= b4[2 + j] == 0;
+    ok &= !read_v(pc[0].ctx, FDEC_Q4_0, 32, b4, back, 0) && isnan(back[0]);
+    check(ok, "kv_write's Q4_0 block with a NaN: scale %02x%02x, codes %02x, read back %g", b4[1], b4[0], b4[2],
+          (double)back[0]);
     /* fp8: ties to even (1.0625 between 1 and 1.125 -> 1; 1.1875 -> 1.25), saturation, NaN */
     L = layer_of(8, 1, 1, 0, 0, FDEC_F8_E4M3, 0);
     const float f[8] = {1.0625f, 1.1875f, 448.0f, 1000.0f, -1e30f, NAN, 0.0009765625f /* 2^-10: tie -> 0 */, -0.0f};

@@ -21,6 +21,7 @@
  * Positions are found by kv.h's address rule (fdec_kv_offset over the sequence's layout), a token's range by
  * fdec_tok_pos / fdec_tok_lo, the logits by fdec_logit2: the same rules as every other kernel. */
 #pragma once
+#include "../dtype.h"
 #include "common.cuh"
 #include "merge.cuh"
 #include "mma.cuh"
@@ -395,22 +396,23 @@ struct fdec_kv_write_params {
 template <class LD>
 __device__ __forceinline__ void fdec_quantise_block(unsigned char *b, LD &&ld, size_t at, bool q4) {
     float amax = 0.0f, mx = 0.0f;
+    bool nan = false;
     for (int j = 0; j < 32; j++) {
         const float x = ld(at + j);
         if (fabsf(x) > amax) amax = fabsf(x), mx = x;
+        nan |= x != x;
     }
-    const float d = q4 ? __fdiv_rn(mx, -8.0f) : __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __frcp_rn(d) : 0.0f;
+    const float d = nan ? __int_as_float(0x7fc00000) : q4 ? __fdiv_rn(mx, -8.0f) : __fdiv_rn(amax, 127.0f),
+                id = d != 0.0f ? __frcp_rn(d) : 0.0f;
     /* the scale as one 16-bit store (a block starts 2-byte aligned): byte stores of the f16 register wrote 0 for its
      * low byte on the H100 and the H200 */
     *reinterpret_cast<__half *>(b) = __float2half_rn(d);
     if (!q4)
-        for (int j = 0; j < 32; j++) b[2 + j] = (unsigned char)(signed char)roundf(__fmul_rn(ld(at + j), id));
+        for (int j = 0; j < 32; j++) b[2 + j] = (unsigned char)(signed char)fdec_q8_0_code(__fmul_rn(ld(at + j), id));
     else
-        for (int j = 0; j < 16; j++) {
-            const int lo = (signed char)__fadd_rn(__fmul_rn(ld(at + j), id), 8.5f),
-                      hi = (signed char)__fadd_rn(__fmul_rn(ld(at + j + 16), id), 8.5f);
-            b[2 + j] = (unsigned char)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
-        }
+        for (int j = 0; j < 16; j++)
+            b[2 + j] = (unsigned char)(fdec_q4_0_code(__fadd_rn(__fmul_rn(ld(at + j), id), 8.5f)) |
+                                       fdec_q4_0_code(__fadd_rn(__fmul_rn(ld(at + j + 16), id), 8.5f)) << 4);
 }
 
 /* Block (token, KV head): its D elements; a slot outside the cache (found here, on the device) writes nothing. A block

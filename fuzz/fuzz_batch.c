@@ -16,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static fdec_context *ctx1, *ctx2;
-
 /* The most K (or V) elements, and query rows x heads x head_dim, a case may take. */
 #define MAX_KV ((size_t)1 << 18)
 #define MAX_Q ((size_t)1 << 16)
@@ -27,13 +25,6 @@ static size_t kv_bytes(uint32_t t, size_t n) {
     if (t == FDEC_Q8_0) return (n + 31) / 32 * 34;
     if (t == FDEC_Q4_0) return (n + 31) / 32 * 18;
     return n * fuzz_elem_size(t);
-}
-
-/* Elements of a cache of `rows` rows of G heads: (rows - 1) ps + (G - 1) hs + D into *end; 0 where it wraps. */
-static int extent(size_t rows, size_t ps, size_t G, size_t hs, size_t D, size_t *end) {
-    size_t a, b;
-    return rows && !__builtin_mul_overflow(rows - 1, ps, &a) && !__builtin_mul_overflow(G - 1, hs, &b) &&
-           !__builtin_add_overflow(a, b, end) && !__builtin_add_overflow(*end, D, end);
 }
 
 /* n items `stride` apart, the last spanning `one`: (n - 1) stride + one into *end; 0 where it wraps. */
@@ -51,13 +42,6 @@ static size_t pick_near(reader *r, size_t valid) {
 
 static void *alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
 
-/* n bytes from the rest of the fuzz bytes; with `finite`, the top byte of each element of es bytes has its
- * exponent's top bits cleared (small finite values: below 4 in every plain and fp8 type, as fuzz_input.h). */
-static void fill(const reader *r, uint8_t *p, size_t n, uint8_t salt, int finite, size_t es) {
-    fuzz_fill(p, n, r->p, r->n, salt);
-    if (finite)
-        for (size_t i = es - 1; i < n; i += es) p[i] &= 0x3b;
-}
 
 /* One fdec_kv_write into caches of its own, sized by its slots' contract. */
 static void fuzz_write(reader *r, fdec_context *ctx, fdec_layer L, size_t ps, size_t hs, uint32_t page_size) {
@@ -68,7 +52,7 @@ static void fuzz_write(reader *r, fdec_context *ctx, fdec_layer L, size_t ps, si
     s.page_size = page_size;
     s.src_dtype = (fdec_dtype)(take(r, 1) % 4);
     size_t one, pst = 0, end, ok;
-    ok = extent(s.page_size ? s.page_size : s.num_slots, ps, G, hs, D, &one);
+    ok = fuzz_extent(s.page_size ? s.page_size : s.num_slots, ps, G, hs, D, &one);
     if (s.page_size) {
         ok = ok && !__builtin_mul_overflow((size_t)s.page_size, ps, &pst);
         s.kv_page_stride = pick_near(r, pst);
@@ -87,8 +71,8 @@ static void fuzz_write(reader *r, fdec_context *ctx, fdec_layer L, size_t ps, si
     }
     s.slots = take(r, 1) < 250 ? slots : NULL;
     uint8_t *ksrc = alloc(sb), *vsrc = alloc(sb), *k = alloc(kb), *v = alloc(kb), *k0 = alloc(kb), *v0 = alloc(kb);
-    fill(r, ksrc, sb, 4, 1, fuzz_elem_size(s.src_dtype));
-    fill(r, vsrc, sb, 5, 1, fuzz_elem_size(s.src_dtype));
+    fuzz_fill_elems(r, ksrc, sb, 4, 1, fuzz_elem_size(s.src_dtype));
+    fuzz_fill_elems(r, vsrc, sb, 5, 1, fuzz_elem_size(s.src_dtype));
     memset(k, 0x5a, kb), memset(v, 0xa5, kb), memcpy(k0, k, kb), memcpy(v0, v, kb);
     const fdec_status st = fdec_kv_write(ctx, &L, &s, ksrc, vsrc, k, v);
     if (st != FDEC_OK) {
@@ -113,13 +97,6 @@ static void fuzz_write(reader *r, fdec_context *ctx, fdec_layer L, size_t ps, si
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (!ctx1) {
-        fdec_options o = fdec_default_options();
-        o.threads = 1;
-        if (fdec_context_create(FDEC_BACKEND_CPU, &o, &ctx1)) abort();
-        o.threads = 2;
-        if (fdec_context_create(FDEC_BACKEND_CPU, &o, &ctx2)) abort();
-    }
     reader r = {data, size};
     const int write = take(&r, 1) < 64; /* fdec_kv_write, else the batch calls */
     uint32_t page_size; /* the batch's or the write's: read early, so that short inputs take both kinds of cache */
@@ -151,7 +128,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const size_t hs = L.kv_head_stride ? L.kv_head_stride : D;
     size_t ps = L.kv_pos_stride;
     if (!ps && __builtin_mul_overflow(G, hs, &ps)) return 0; /* fuzz_decode covers strides past the address space */
-    fdec_context *ctx = take(&r, 1) & 1 ? ctx2 : ctx1;
+    fdec_context *ctx = fuzz_cpu_context(take(&r, 1) & 1);
     if (write) {
         fuzz_write(&r, ctx, L, ps, hs, page_size);
         return 0;
@@ -190,7 +167,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         b.page_table = take(&r, 1) < 250 ? table : NULL;
         size_t pst;
-        if (!extent(b.page_size, ps, G, hs, D, &one) || __builtin_mul_overflow((size_t)b.page_size, ps, &pst)) {
+        if (!fuzz_extent(b.page_size, ps, G, hs, D, &one) || __builtin_mul_overflow((size_t)b.page_size, ps, &pst)) {
             free(table);
             return 0;
         }
@@ -199,12 +176,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!span(b.num_pages ? b.num_pages : 1, pst, one, &end)) end = SIZE_MAX;
     } else {
         const size_t ring = L.ring_capacity;
-        if (!extent(ring ? ring : b.max_seq_len ? b.max_seq_len : 1, ps, G, hs, D, &one)) return 0;
+        if (!fuzz_extent(ring ? ring : b.max_seq_len ? b.max_seq_len : 1, ps, G, hs, D, &one)) return 0;
         b.kv_seq_stride = B > 1 ? pick_near(&r, one) : take(&r, 1) < 200 ? 0 : pick_stride(&r);
         for (uint32_t i = 0; i < B && end != SIZE_MAX; i++) { /* sequence i: its own rows at i * kv_seq_stride */
             const size_t rows = ring ? ring : lens[i] ? lens[i] : 1;
             size_t e, off;
-            if (!extent(rows, ps, G, hs, D, &e) || __builtin_mul_overflow((size_t)i, b.kv_seq_stride, &off) ||
+            if (!fuzz_extent(rows, ps, G, hs, D, &e) || __builtin_mul_overflow((size_t)i, b.kv_seq_stride, &off) ||
                 __builtin_add_overflow(off, e, &e))
                 end = SIZE_MAX;
             else if (e > end)
@@ -223,9 +200,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const size_t kb = kv_bytes(L.kv_dtype, end ? end : 1), ob = (qe ? qe : 1) * oes, lb = (rows ? rows : 1) * H * 4;
     uint8_t *q = alloc(qe * qes), *k = alloc(kb), *v = alloc(kb), *out = alloc(ob), *lse = alloc(lb);
     const int with_lse = take(&r, 1) & 1;
-    fill(&r, q, qe * qes, 1, finite, qes);
-    fill(&r, k, kb, 2, finite, fuzz_elem_size(L.kv_dtype));
-    fill(&r, v, kb, 3, finite, fuzz_elem_size(L.kv_dtype));
+    fuzz_fill_elems(&r, q, qe * qes, 1, finite, qes);
+    fuzz_fill_elems(&r, k, kb, 2, finite, fuzz_elem_size(L.kv_dtype));
+    fuzz_fill_elems(&r, v, kb, 3, finite, fuzz_elem_size(L.kv_dtype));
     if (L.kv_dtype == FDEC_Q8_0 || L.kv_dtype == FDEC_Q4_0) /* each block's f16 scale small and finite */
         for (size_t i = 0; i + 1 < kb; i += L.kv_dtype == FDEC_Q8_0 ? 34 : 18) k[i + 1] &= 0x3b, v[i + 1] &= 0x3b;
     memset(out, 0x5a, ob), memset(lse, 0x5a, lb);

@@ -14,21 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static fdec_context *ctx1, *ctx2;
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (!ctx1) {
-        fdec_options o = fdec_default_options();
-        o.threads = 1;
-        if (fdec_context_create(FDEC_BACKEND_CPU, &o, &ctx1)) abort();
-        o.threads = 2;
-        if (fdec_context_create(FDEC_BACKEND_CPU, &o, &ctx2)) abort();
-    }
     reader r = {data, size};
     fuzz_case c;
     if (!fuzz_case_read(&r, &c)) return 0;
     const uint32_t seq_len = c.seq_len;
-    fdec_context *ctx = c.second ? ctx2 : ctx1;
+    fdec_context *ctx = fuzz_cpu_context(c.second);
     const size_t D = c.L.head_dim, H = c.L.num_q_heads, qe = c.qe, qes = c.qes, oes = c.oes;
     uint8_t *q = malloc(qe * qes), *k = malloc(c.kv_elems * c.kes), *v = malloc(c.kv_elems * c.kes);
     uint8_t *out = malloc(qe * oes);

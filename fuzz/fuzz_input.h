@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -43,6 +44,26 @@ static inline size_t pick_stride(reader *r) {
     case 2: return ((size_t)1 << 32) + off - 128;
     default: return SIZE_MAX / (off + 2);
     }
+}
+
+/* Elements of a cache of `rows` rows of G heads of D elements, (rows - 1) ps + (G - 1) hs + D, into *end: computed
+ * here, not by the library's kv.h, so that the harnesses size their buffers by their own arithmetic; 0 where there
+ * are no rows or the sum wraps. */
+static inline int fuzz_extent(size_t rows, size_t ps, size_t G, size_t hs, size_t D, size_t *end) {
+    size_t a, b;
+    return rows && !__builtin_mul_overflow(rows - 1, ps, &a) && !__builtin_mul_overflow(G - 1, hs, &b) &&
+           !__builtin_add_overflow(a, b, end) && !__builtin_add_overflow(*end, D, end);
+}
+
+/* The harnesses' CPU contexts, made on first use: one thread, or (second) two. */
+static inline fdec_context *fuzz_cpu_context(int second) {
+    static fdec_context *ctx[2];
+    if (!ctx[second]) {
+        fdec_options o = fdec_default_options();
+        o.threads = second ? 2 : 1;
+        if (fdec_context_create(FDEC_BACKEND_CPU, &o, &ctx[second])) abort();
+    }
+    return ctx[second];
 }
 
 /* 4 for f32, 1 for fp8, else 2 (a dtype out of range too) */
@@ -94,12 +115,11 @@ static inline int fuzz_case_read(reader *r, fuzz_case *c) {
     c->second = take(r, 1) & 1;
     const size_t D = L->head_dim, H = L->num_q_heads, G = L->num_kv_heads ? L->num_kv_heads : 1;
     const size_t hs = L->kv_head_stride ? L->kv_head_stride : D, rows = L->ring_capacity ? L->ring_capacity : c->seq_len;
-    size_t ps = L->kv_pos_stride, a, b, end, bytes;
+    size_t ps = L->kv_pos_stride, end, bytes;
     /* the extent in bytes, checked for wrapping here as the library must: where it does not fit a size_t, the call
      * must be refused, and it gets buffers of one element, so that a read past them shows */
     int wraps = !ps && __builtin_mul_overflow(G, hs, &ps);
-    wraps = wraps || (rows && D && (__builtin_mul_overflow(rows - 1, ps, &a) || __builtin_mul_overflow(G - 1, hs, &b) ||
-                                    __builtin_add_overflow(a, b, &end) || __builtin_add_overflow(end, D, &end) ||
+    wraps = wraps || (rows && D && (!fuzz_extent(rows, ps, G, hs, D, &end) ||
                                     __builtin_mul_overflow(end, fuzz_elem_size(L->kv_dtype), &bytes)));
     c->must_refuse = wraps;
     c->kv_elems = wraps ? 1 : rows && D ? end : 1;
@@ -128,17 +148,20 @@ static inline void fuzz_fill(uint8_t *dst, size_t n, const uint8_t *src, size_t 
     for (size_t i = 0; i < n; i += 61) dst[i] ^= salt; /* K and V differ */
 }
 
-/* q, K and V from the rest of the fuzz bytes (r is not moved); with c->finite, bytes that decode to small finite
- * values in every dtype: the top byte of each element has its exponent's top bits cleared. */
+/* n bytes of elements of es bytes from the rest of the fuzz bytes (r is not moved); with `finite`, bytes that decode
+ * to small finite values (below 4) in every plain and fp8 type: the top byte of each element has its exponent's top
+ * bits cleared. */
+static inline void fuzz_fill_elems(const reader *r, uint8_t *dst, size_t n, uint8_t salt, int finite, size_t es) {
+    fuzz_fill(dst, n, r->p, r->n, salt);
+    if (finite)
+        for (size_t i = es - 1; i < n; i += es) dst[i] &= 0x3b;
+}
+
+/* q, K and V of a case from the rest of the fuzz bytes (r is not moved), small and finite with c->finite. */
 static inline void fuzz_fill_inputs(const reader *r, const fuzz_case *c, uint8_t *q, uint8_t *k, uint8_t *v) {
-    fuzz_fill(q, c->qe * c->qes, r->p, r->n, 1);
-    fuzz_fill(k, c->kv_elems * c->kes, r->p, r->n, 2);
-    fuzz_fill(v, c->kv_elems * c->kes, r->p, r->n, 3);
-    if (c->finite) {
-        for (size_t i = 0; i < c->qe * c->qes; i++) q[i] &= (i % c->qes == c->qes - 1) ? 0x3b : 0xff;
-        for (size_t i = 0; i < c->kv_elems * c->kes; i++)
-            if (i % c->kes == c->kes - 1) k[i] &= 0x3b, v[i] &= 0x3b;
-    }
+    fuzz_fill_elems(r, q, c->qe * c->qes, 1, c->finite, c->qes);
+    fuzz_fill_elems(r, k, c->kv_elems * c->kes, 2, c->finite, c->kes);
+    fuzz_fill_elems(r, v, c->kv_elems * c->kes, 3, c->finite, c->kes);
 }
 
 #endif

@@ -143,22 +143,21 @@ float fdec_load_q4_0(const void *base, size_t i) {
     return block_scale(b) * (float)fdec_block_code(b, (uint32_t)(i % 32), FDEC_Q4_0);
 }
 
-/* As ggml's quantize_row_q8_0_ref: d = max |x| / 127, q = round(x / d) (half away from zero). A block with a NaN
- * gets a NaN scale, so that it reads back NaN (as a 16-bit cache would). */
+/* As ggml's quantize_row_q8_0_ref: d = max |x| / 127, q = round(x / d) (half away from zero); a NaN: dtype.h. */
 void fdec_store_q8_0(void *base, size_t i, const float *x, size_t n) {
     for (size_t k = 0; k < n; k += 32, x += 32) {
         uint8_t *b = (uint8_t *)base + (i + k) / 32 * 34;
         float amax = 0.0f;
         int nan = 0;
         for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax, nan |= x[j] != x[j];
-        const float d = nan ? NAN : amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = fdec_quant_scale(amax, nan, 0), id = d != 0.0f ? 1.0f / d : 0.0f;
         set_scale(b, d);
         for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)fdec_q8_0_code(x[j] * id);
     }
 }
 
 /* As ggml's quantize_row_q4_0_ref: the element of largest magnitude m (its sign kept), d = m / -8, code =
- * min(15, (int)(x / d + 8.5)). A block with a NaN gets a NaN scale, as Q8_0's. */
+ * min(15, (int)(x / d + 8.5)); a NaN: dtype.h. */
 void fdec_store_q4_0(void *base, size_t i, const float *x, size_t n) {
     for (size_t k = 0; k < n; k += 32, x += 32) {
         uint8_t *b = (uint8_t *)base + (i + k) / 32 * 18;
@@ -168,7 +167,7 @@ void fdec_store_q4_0(void *base, size_t i, const float *x, size_t n) {
             if (fabsf(x[j]) > amax) amax = fabsf(x[j]), mx = x[j];
             nan |= x[j] != x[j];
         }
-        const float d = nan ? NAN : mx / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = fdec_quant_scale(mx, nan, 1), id = d != 0.0f ? 1.0f / d : 0.0f;
         set_scale(b, d);
         for (int j = 0; j < 16; j++)
             b[2 + j] = (uint8_t)(fdec_q4_0_code(x[j] * id + 8.5f) | fdec_q4_0_code(x[j + 16] * id + 8.5f) << 4);

@@ -73,6 +73,9 @@ FDEC_HD int fdec_q8_0_code(float v) {
     return v != v ? 0 : v >= 127.0f ? 127 : v <= -127.0f ? -127 : (int)roundf(v);
 }
 FDEC_HD int fdec_q4_0_code(float v) { return v != v || v < 0.0f ? 0 : v >= 15.0f ? 15 : (int)v; }
+/* The block's scale d from m = max |x| (Q8_0: d = m / 127) or the element of largest magnitude (Q4_0: d = m / -8); a
+ * block with a NaN gets a NaN scale, so that it reads back NaN as a 16-bit cache would. */
+FDEC_HD float fdec_quant_scale(float m, int nan, int q4) { return nan ? NAN : q4 ? m / -8.0f : m / 127.0f; }
 
 /* fp8: a scale applies (fdec_layer's k_scale...) */
 static inline int fdec_dtype_is_fp8(fdec_dtype t) { return t == FDEC_F8_E4M3 || t == FDEC_F8_E5M2; }

@@ -402,8 +402,7 @@ __device__ __forceinline__ void fdec_quantise_block(unsigned char *b, LD &&ld, s
         if (fabsf(x) > amax) amax = fabsf(x), mx = x;
         nan |= x != x;
     }
-    const float d = nan ? __int_as_float(0x7fc00000) : q4 ? __fdiv_rn(mx, -8.0f) : __fdiv_rn(amax, 127.0f),
-                id = d != 0.0f ? __frcp_rn(d) : 0.0f;
+    const float d = fdec_quant_scale(q4 ? mx : amax, nan, q4), id = d != 0.0f ? __frcp_rn(d) : 0.0f;
     /* the scale as one 16-bit store (a block starts 2-byte aligned): byte stores of the f16 register wrote 0 for its
      * low byte on the H100 and the H200 */
     *reinterpret_cast<__half *>(b) = __float2half_rn(d);
